@@ -1,0 +1,29 @@
+# One command each: `make demo` runs the demo crawl, `make test` runs the tests.
+# Both build on `make install`, which creates .venv from the locked requirements.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: install demo test lint bench clean
+
+install: $(STAMP)
+
+$(STAMP): requirements.txt requirements.lock
+	test -d $(VENV) || $(PY) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -r requirements.txt -c requirements.lock
+	$(BIN)/pip install --quiet --no-deps -e .
+	touch $(STAMP)
+
+test: install
+	$(BIN)/python -m pytest -q tests
+
+lint: install
+	$(BIN)/ruff check .
+
+demo: install
+	$(BIN)/python -m crawl.demo
+
+clean:
+	rm -rf crawldata .pytest_cache
