@@ -1,0 +1,341 @@
+"""WARC/1.1 files with per-record gzip, written atomically, read back by byte range.
+
+Why per-record gzip: every record is its own gzip member, so ``(warc_filename, warc_record_offset,
+warc_record_length)`` in the page index is enough to fetch one capture with a single range request, as
+Common Crawl users do. Why write to a temporary file and move it at ``close()``: a task that crashes
+mid-file must never leave a torn WARC at the published path, and a rerun of the same task (same
+deterministic path) simply overwrites the earlier attempt.
+
+Header policy for ``response`` records: the payload is stored *decoded* (after Content-Encoding and
+Transfer-Encoding were undone by the HTTP client), so keeping ``Content-Encoding: gzip`` or
+``Transfer-Encoding: chunked`` would make the record lie about its body. Like Common Crawl we rename
+those headers (and the original ``Content-Length``) to ``X-Crawler-<Name>`` and add a
+``Content-Length`` equal to the stored payload's length. Every other header is kept as received, in
+order.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import tempfile
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from types import TracebackType
+from typing import IO
+from urllib.parse import urlsplit
+
+import fsspec
+from fsspec.implementations.local import LocalFileSystem
+from warcio.archiveiterator import ArchiveIterator
+from warcio.statusandheaders import StatusAndHeaders
+from warcio.warcwriter import WARCWriter
+
+from crawl.fingerprint import payload_digest
+
+SOFTWARE = "recrawl/0.1 (warcio)"
+REVISIT_PROFILE = "http://netpreserve.org/warc/1.1/revisit/identical-payload-digest"
+# Headers that describe the wire encoding, not the stored (decoded) payload.
+_RENAMED_HEADERS = frozenset({"content-encoding", "transfer-encoding", "content-length"})
+
+
+@dataclass(frozen=True)
+class RecordRef:
+    """Where a record landed: the byte range of its gzip member in the final file."""
+
+    offset: int
+    length: int
+    record_id: str
+    digest: str | None
+
+
+@dataclass
+class WarcRecordData:
+    """One record read back. ``http_status`` is 0 for records without an HTTP status line."""
+
+    warc_type: str
+    url: str | None
+    http_status: int
+    http_headers: list[tuple[str, str]]
+    payload: bytes
+    warc_headers: dict[str, str]
+    offset: int = -1
+    length: int = -1
+    http_reason: str = field(default="")
+
+
+def warc_date(dt: datetime) -> str:
+    """WARC-Date with millisecond precision (WARC 1.1 allows fractions).
+
+    Milliseconds because fetch records store ``timestamp[ms]``: a revisit's ``WARC-Refers-To-Date``
+    rebuilt from the index then equals the original record's ``WARC-Date`` exactly. Naive datetimes
+    are taken as UTC.
+    """
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=UTC)
+    dt = dt.astimezone(UTC)
+    return dt.strftime("%Y-%m-%dT%H:%M:%S.") + f"{dt.microsecond // 1000:03d}Z"
+
+
+def _record_id() -> str:
+    return f"<urn:uuid:{uuid.uuid4()}>"
+
+
+def _response_headers(headers: list[tuple[str, str]], payload_len: int) -> list[tuple[str, str]]:
+    out: list[tuple[str, str]] = []
+    for name, value in headers:
+        if name.lower() in _RENAMED_HEADERS:
+            out.append(("X-Crawler-" + name, value))
+        else:
+            out.append((name, value))
+    out.append(("Content-Length", str(payload_len)))
+    return out
+
+
+def _request_target(url: str) -> str:
+    """Origin-form request target (path + query) for the request line."""
+    parts = urlsplit(url)
+    target = parts.path or "/"
+    if parts.query:
+        target += "?" + parts.query
+    return target
+
+
+def _fs_and_path(root: str, rel_path: str) -> tuple[fsspec.AbstractFileSystem, str]:
+    fs, root_path = fsspec.core.url_to_fs(root)
+    root_path = root_path.rstrip("/")
+    return fs, f"{root_path}/{rel_path.lstrip('/')}" if root_path else rel_path.lstrip("/")
+
+
+class WarcFile:
+    """A WARC file being written; use :meth:`open` and as a context manager.
+
+    On a clean ``close()`` the temporary file is moved to ``root/rel_path`` (``os.replace`` locally,
+    ``fs.put`` for remote filesystems). Leaving the ``with`` block by an exception aborts instead: the
+    temporary file is deleted and nothing is published.
+    """
+
+    def __init__(self, root: str, rel_path: str, user_agent: str | None = None) -> None:
+        if not rel_path.endswith(".warc.gz"):
+            raise ValueError(f"WARC file name must end with .warc.gz, got {rel_path!r}")
+        self.root = root
+        self.rel_path = rel_path
+        self._fs, self._final = _fs_and_path(root, rel_path)
+        self._local = isinstance(self._fs, LocalFileSystem)
+        base = os.path.basename(rel_path)
+        if self._local:
+            # Same directory as the target so os.replace is an atomic rename; the ".tmp" suffix keeps
+            # it out of any "*.warc.gz" glob.
+            directory = os.path.dirname(self._final) or "."
+            os.makedirs(directory, exist_ok=True)
+            fd, self._tmp = tempfile.mkstemp(prefix=f".{base}.", suffix=".tmp", dir=directory)
+        else:
+            fd, self._tmp = tempfile.mkstemp(prefix=f".{base}.", suffix=".tmp")
+        self._fh: IO[bytes] = os.fdopen(fd, "wb")
+        self._writer = WARCWriter(self._fh, gzip=True, warc_version="1.1")
+        self._closed = False
+        info = {
+            "software": SOFTWARE,
+            "format": "WARC File Format 1.1",
+            "conformsTo": "https://iipc.github.io/warc-specifications/specifications/warc-format/warc-1.1/",
+            "http-header-user-agent": user_agent or "",
+        }
+        rec = self._writer.create_warcinfo_record(base, info)
+        self._write(rec, None)
+
+    @classmethod
+    def open(cls, root: str, rel_path: str, user_agent: str | None = None) -> WarcFile:
+        return cls(root, rel_path, user_agent=user_agent)
+
+    @property
+    def path(self) -> str:
+        """Final path (within the filesystem of ``root``)."""
+        return self._final
+
+    def _write(self, record: object, digest: str | None) -> RecordRef:
+        if self._closed:
+            raise ValueError("WARC file already closed")
+        start = self._fh.tell()
+        self._writer.write_record(record)
+        end = self._fh.tell()
+        rec_id = record.rec_headers.get_header("WARC-Record-ID")  # type: ignore[attr-defined]
+        return RecordRef(offset=start, length=end - start, record_id=rec_id, digest=digest)
+
+    def write_request(
+        self,
+        url: str,
+        fetch_time: datetime,
+        method: str,
+        headers: list[tuple[str, str]],
+        ip: str | None = None,
+        concurrent_to: str | None = None,
+    ) -> RecordRef:
+        warc_headers = {"WARC-Record-ID": _record_id(), "WARC-Date": warc_date(fetch_time)}
+        if ip:
+            warc_headers["WARC-IP-Address"] = ip
+        if concurrent_to:
+            warc_headers["WARC-Concurrent-To"] = concurrent_to
+        http = StatusAndHeaders(
+            f"{method.upper()} {_request_target(url)} HTTP/1.1", list(headers), is_http_request=True
+        )
+        rec = self._writer.create_warc_record(
+            url, "request", payload=io.BytesIO(b""), length=0,
+            warc_headers_dict=warc_headers, http_headers=http,
+        )
+        return self._write(rec, None)
+
+    def write_response(
+        self,
+        url: str,
+        fetch_time: datetime,
+        http_status: int,
+        reason: str,
+        headers: list[tuple[str, str]],
+        payload: bytes,
+        ip: str | None,
+        truncated: str | None,
+        concurrent_to: str | None = None,
+    ) -> RecordRef:
+        digest = payload_digest(payload)
+        warc_headers = {
+            "WARC-Record-ID": _record_id(),
+            "WARC-Date": warc_date(fetch_time),
+            "WARC-Payload-Digest": digest,
+        }
+        if ip:
+            warc_headers["WARC-IP-Address"] = ip
+        if truncated:
+            warc_headers["WARC-Truncated"] = truncated
+        if concurrent_to:
+            warc_headers["WARC-Concurrent-To"] = concurrent_to
+        http = StatusAndHeaders(
+            f"{int(http_status)} {reason}".rstrip(), _response_headers(headers, len(payload)),
+            protocol="HTTP/1.1",
+        )
+        rec = self._writer.create_warc_record(
+            url, "response", payload=io.BytesIO(payload), length=len(payload),
+            warc_headers_dict=warc_headers, http_headers=http,
+        )
+        return self._write(rec, digest)
+
+    def write_revisit(
+        self,
+        url: str,
+        fetch_time: datetime,
+        http_status: int,
+        reason: str,
+        headers: list[tuple[str, str]],
+        payload_digest: str,
+        refers_to_uri: str,
+        refers_to_date: datetime,
+        ip: str | None = None,
+    ) -> RecordRef:
+        warc_headers = {"WARC-Record-ID": _record_id(), "WARC-Date": warc_date(fetch_time)}
+        if ip:
+            warc_headers["WARC-IP-Address"] = ip
+        http = StatusAndHeaders(
+            f"{int(http_status)} {reason}".rstrip(),
+            [(n if n.lower() not in _RENAMED_HEADERS else "X-Crawler-" + n, v) for n, v in headers],
+            protocol="HTTP/1.1",
+        )
+        rec = self._writer.create_revisit_record(
+            url, payload_digest, refers_to_uri, warc_date(refers_to_date),
+            http_headers=http, warc_headers_dict=warc_headers,
+        )
+        return self._write(rec, payload_digest)
+
+    def close(self) -> None:
+        """Finish the file and publish it at its final path (replacing any earlier file)."""
+        if self._closed:
+            return
+        self._closed = True
+        self._fh.flush()
+        os.fsync(self._fh.fileno())
+        self._fh.close()
+        try:
+            if self._local:
+                os.replace(self._tmp, self._final)
+            else:
+                parent = self._final.rsplit("/", 1)[0] if "/" in self._final else ""
+                if parent:
+                    self._fs.makedirs(parent, exist_ok=True)
+                self._fs.put_file(self._tmp, self._final)
+        finally:
+            if os.path.exists(self._tmp):
+                os.unlink(self._tmp)
+
+    def abort(self) -> None:
+        """Drop everything written; nothing appears at the final path."""
+        if self._closed:
+            return
+        self._closed = True
+        self._fh.close()
+        if os.path.exists(self._tmp):
+            os.unlink(self._tmp)
+
+    def __enter__(self) -> WarcFile:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()
+
+
+def _to_data(record: object, offset: int = -1, length: int = -1) -> WarcRecordData:
+    rec = record
+    http = rec.http_headers  # type: ignore[attr-defined]
+    status = 0
+    reason = ""
+    headers: list[tuple[str, str]] = []
+    if http is not None:
+        headers = list(http.headers)
+        if rec.rec_type in ("response", "revisit"):  # type: ignore[attr-defined]
+            code, _, reason = http.statusline.partition(" ")
+            status = int(code) if code.isdigit() else 0
+    # raw_stream: the payload exactly as stored (already decoded at fetch time; see module docstring).
+    payload = rec.raw_stream.read()  # type: ignore[attr-defined]
+    warc_headers = dict(rec.rec_headers.headers)  # type: ignore[attr-defined]
+    return WarcRecordData(
+        warc_type=rec.rec_type,  # type: ignore[attr-defined]
+        url=warc_headers.get("WARC-Target-URI"),
+        http_status=status,
+        http_headers=headers,
+        payload=payload,
+        warc_headers=warc_headers,
+        offset=offset,
+        length=length,
+        http_reason=reason,
+    )
+
+
+def read_record(root: str, rel_path: str, offset: int, length: int) -> WarcRecordData:
+    """Read one record by its byte range (one range request on remote filesystems)."""
+    fs, path = _fs_and_path(root, rel_path)
+    data = fs.cat_file(path, start=offset, end=offset + length)
+    for rec in ArchiveIterator(io.BytesIO(data)):
+        return _to_data(rec, offset, length)
+    raise ValueError(f"no WARC record at {rel_path}@{offset}+{length}")
+
+
+def iter_records(root: str, rel_path: str) -> Iterator[WarcRecordData]:
+    """All records of a file in order (warcinfo included), each with its offset and length."""
+    fs, path = _fs_and_path(root, rel_path)
+    with fs.open(path, "rb") as fh:
+        it = ArchiveIterator(fh)
+        for rec in it:
+            data = _to_data(rec)  # read the payload first: asking for the offset consumes the record
+            data.offset = it.get_record_offset()
+            data.length = it.get_record_length()
+            yield data
+
+
+__all__ = [
+    "REVISIT_PROFILE", "RecordRef", "WarcFile", "WarcRecordData", "iter_records", "read_record",
+    "warc_date",
+]
