@@ -1,0 +1,36 @@
+# One image for every service of docker-compose.yaml: the Airflow components (api-server, scheduler,
+# dag-processor, triggerer, init) and the Dask scheduler and workers. Sharing one image is what makes
+# Dask safe here: workers unpickle functions from the `crawl` package, so they must run exactly the
+# code (and library versions) the Airflow tasks submit.
+FROM python:3.11-slim
+
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    AIRFLOW_HOME=/opt/airflow \
+    PYTHONPATH=/opt/recrawl
+
+WORKDIR /opt/recrawl
+
+# Dependencies first (own layer, cached until the requirements change). The lock is used as a
+# constraints file so the image resolves to exactly the versions CI tested. The two PostgreSQL drivers
+# are only needed by the deployed metadata DB (sync psycopg2 + the async asyncpg engine Airflow 3 also
+# opens); they are pinned here until they are added to requirements.txt/requirements.lock.
+COPY requirements.txt requirements.lock ./
+RUN pip install -r requirements.txt -c requirements.lock \
+ && pip install "psycopg2-binary==2.9.13" "asyncpg==0.32.0" -c requirements.lock
+
+RUN useradd --create-home --uid 50000 --gid 0 airflow \
+ && mkdir -p /opt/airflow/logs /opt/airflow/auth \
+ && chown -R 50000:0 /opt/airflow
+
+COPY pyproject.toml ./
+COPY crawl/ ./crawl/
+COPY dags/ ./dags/
+COPY plugins/ ./plugins/
+COPY include/ ./include/
+
+USER 50000
+EXPOSE 8080 8786 8787
+CMD ["airflow", "version"]
