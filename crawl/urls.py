@@ -1,0 +1,966 @@
+"""URL parsing, resolution, canonicalisation, hashing, SURT keys and trap/scope filters.
+
+Resolution (:func:`resolve`) follows the WHATWG URL Standard for the two schemes a crawler fetches,
+http and https. It is hand-written (no WHATWG library is available) with a regex fast path for the
+ordinary ASCII URL, because link extraction calls it for every ``href``. Anything that is not
+http(s) after resolution (``mailto:``, ``javascript:``, ``ftp:``...) or that the standard rejects
+gives None.
+
+Canonicalisation (:func:`canonicalize`) is *our* policy, applied on top of the WHATWG parse (so it
+inherits host lowercasing, IDNA -> punycode, IPv4 normalisation, default-port removal and
+dot-segment resolution):
+
+* the fragment is dropped, an empty path becomes ``/``, a trailing slash is kept as given;
+* percent-encoding is normalised: escapes of unreserved characters (``A-Z a-z 0-9 - . _ ~``) are
+  decoded, every other escape gets upper-case hex; no other character is decoded or re-encoded, so
+  reserved characters keep their encoded/decoded distinction (RFC 3986 §6.2.2.2);
+* query parameters are sorted by name with a *stable* sort (repeated names keep their relative
+  order, which some servers depend on), empty parameters (``&&``) are removed, tracking parameters
+  (names compared case-insensitively) are dropped, and an empty query loses its ``?``;
+* userinfo is kept (it addresses a different resource on some servers).
+
+Differences from w3lib's ``canonicalize_url`` (``check_urls.py --canon crawl.urls:canonicalize``
+counts them; all deliberate):
+
+* non-http(s) or relative inputs (``sftp://``, ``a#frag``, ``?b=1``, RFC 3986's ``example://``) are
+  None here, w3lib canonicalises any scheme;
+* space in the query stays ``%20`` (WHATWG) where w3lib writes ``+``; ``+`` is left alone. Treating
+  ``+`` as space is a form-encoding convention, not a URL equivalence;
+* we do not re-encode characters the WHATWG parser leaves alone (``(``, ``)``, ``,`` in a query) and
+  do not decode reserved escapes (``%2C`` stays) — w3lib does both, in different directions;
+* a bare query key stays bare (``?1750,4``), w3lib appends ``=``;
+* parameters with the same name keep their order (w3lib sorts by value too);
+* hosts w3lib cannot encode with IDNA 2008 (a leading empty label, a label over 63 octets) are
+  encoded per UTS #46 without DNS length checks, as browsers do, where w3lib leaves them in Unicode;
+* the default port ``:80`` is removed (RFC 3986 §6.2.3); w3lib keeps it.
+
+Traps: :func:`filter_reason` / :func:`filter_reasons` implement Nutch/StormCrawler-style URL filters
+driven by :class:`crawl.config.CrawlConfig` limits.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections.abc import Iterable, Mapping, Sequence
+from functools import lru_cache
+from typing import NamedTuple
+
+import idna
+import numpy as np
+import pyarrow as pa
+import xxhash
+
+from crawl.config import DEFAULT_TRACKING_PARAMS, CrawlConfig
+
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+_C0_SPACE = "".join(chr(i) for i in range(0x21))
+_TAB_NL = re.compile(r"[\t\n\r]")
+_SCHEME_RE = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*):")
+_AUTH_END = re.compile(r"[/\\?#]")
+_SLASHES = re.compile(r"[/\\]")
+
+# Fast path: an absolute http(s) URL of plain ASCII characters that no encode set touches, with a
+# lowercase letters-digits-hyphen host and no port. Everything else takes the full parser.
+_FAST_RE = re.compile(
+    r"(https?)://([a-z0-9\-]+(?:\.[a-z0-9\-]+)*)"
+    r"((?:/[A-Za-z0-9\-._~!$&'()*+,;=:@%/\[\]|]*)?)"
+    r"(\?[A-Za-z0-9\-._~!$&()*+,;=:@%/?\[\]|{}`^]*)?"
+    r"(#[A-Za-z0-9\-._~!$&'()*+,;=:@%/?\[\]|{}^#]*)?"
+)
+
+
+def _enc_table(extra: str) -> list[str]:
+    table = []
+    for i in range(128):
+        c = chr(i)
+        table.append(f"%{i:02X}" if (i < 0x20 or i == 0x7F or c in extra) else c)
+    return table
+
+
+_FRAGMENT_SET = ' "<>`'
+_QUERY_SET = ' "#<>' + "'"  # the special-query set (http/https are special)
+_PATH_SET = ' "#<>?`{}^'
+_USERINFO_SET = _PATH_SET + "/:;=@[\\]|"
+_TABLES = {s: _enc_table(s) for s in (_FRAGMENT_SET, _QUERY_SET, _PATH_SET, _USERINFO_SET)}
+_NEEDS = {
+    s: re.compile("[\x00-\x1f\x7f-\U0010ffff" + re.escape(s) + "]")
+    for s in (_FRAGMENT_SET, _QUERY_SET, _PATH_SET, _USERINFO_SET)
+}
+
+
+def _pct_char(c: str) -> str:
+    try:
+        b = c.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate: WHATWG sees U+FFFD
+        b = "\ufffd".encode()
+    return "".join(f"%{x:02X}" for x in b)
+
+
+def _encode(s: str, encode_set: str) -> str:
+    """Percent-encode ``s`` with a WHATWG encode set (existing ``%`` escapes are left alone)."""
+    if not _NEEDS[encode_set].search(s):
+        return s
+    table = _TABLES[encode_set]
+    return "".join(table[o] if (o := ord(c)) < 128 else _pct_char(c) for c in s)
+
+
+class Parts(NamedTuple):
+    """A parsed http(s) URL; ``query``/``fragment`` are None when absent (not when empty)."""
+
+    scheme: str
+    username: str
+    password: str
+    host: str
+    port: int | None
+    path: tuple[str, ...]
+    query: str | None
+    fragment: str | None
+
+    def serialize(self) -> str:
+        out = [self.scheme, "://"]
+        if self.username or self.password:
+            out.append(self.username)
+            if self.password:
+                out.append(":" + self.password)
+            out.append("@")
+        out.append(self.host)
+        if self.port is not None:
+            out.append(f":{self.port}")
+        out.append("/" + "/".join(self.path))
+        if self.query is not None:
+            out.append("?" + self.query)
+        if self.fragment is not None:
+            out.append("#" + self.fragment)
+        return "".join(out)
+
+
+# ---------------------------------------------------------------------------------------------------
+# hosts
+# ---------------------------------------------------------------------------------------------------
+_FORBIDDEN_DOMAIN = re.compile(r"[\x00-\x20#/:<>?@\[\\\]^|%\x7f]")
+_ASCII_HOST_RE = re.compile(r"[A-Za-z0-9._\-]+")
+
+
+def _ipv4_number(part: str) -> int | None:
+    if not part:
+        return None
+    base = 10
+    if part[:2] in ("0x", "0X"):
+        part, base = part[2:], 16
+    elif len(part) > 1 and part[0] == "0":
+        part, base = part[1:], 8
+    if not part:
+        return 0
+    try:
+        if base == 10 and not part.isascii():
+            return None
+        if not all(c in "0123456789abcdefABCDEF" for c in part):
+            return None
+        return int(part, base)
+    except ValueError:
+        return None
+
+
+def _ends_in_number(host: str) -> bool:
+    parts = host.split(".")
+    if parts[-1] == "":
+        if len(parts) == 1:
+            return False
+        parts.pop()
+    last = parts[-1]
+    if last and last.isascii() and last.isdigit():
+        return True
+    return _ipv4_number(last) is not None and last[:2] in ("0x", "0X")
+
+
+def _parse_ipv4(host: str) -> str | None:
+    parts = host.split(".")
+    if parts[-1] == "" and len(parts) > 1:
+        parts.pop()
+    if len(parts) > 4:
+        return None
+    nums = []
+    for p in parts:
+        n = _ipv4_number(p)
+        if n is None:
+            return None
+        nums.append(n)
+    if any(n > 255 for n in nums[:-1]) or nums[-1] >= 256 ** (5 - len(nums)):
+        return None
+    addr = nums[-1]
+    for i, n in enumerate(nums[:-1]):
+        addr += n * 256 ** (3 - i)
+    return ".".join(str((addr >> s) & 255) for s in (24, 16, 8, 0))
+
+
+def _parse_ipv6(s: str) -> str | None:
+    """WHATWG IPv6 parser and serializer (compressed, lower-case hex), or None on failure."""
+    addr = [0] * 8
+    piece = 0
+    compress = None
+    i, n = 0, len(s)
+    if s[:1] == ":":
+        if s[1:2] != ":":
+            return None
+        i += 2
+        piece += 1
+        compress = piece
+    while i < n:
+        if piece == 8:
+            return None
+        if s[i] == ":":
+            if compress is not None:
+                return None
+            i += 1
+            piece += 1
+            compress = piece
+            continue
+        value = length = 0
+        while length < 4 and i < n and s[i] in "0123456789abcdefABCDEF":
+            value = value * 16 + int(s[i], 16)
+            i += 1
+            length += 1
+        if i < n and s[i] == ".":
+            if length == 0:
+                return None
+            i -= length
+            if piece > 6:
+                return None
+            seen = 0
+            while i < n:
+                v4 = None
+                if seen > 0:
+                    if s[i] == "." and seen < 4:
+                        i += 1
+                    else:
+                        return None
+                if i >= n or not s[i].isdigit() or not s[i].isascii():
+                    return None
+                while i < n and s[i].isascii() and s[i].isdigit():
+                    d = int(s[i])
+                    if v4 is None:
+                        v4 = d
+                    elif v4 == 0:
+                        return None
+                    else:
+                        v4 = v4 * 10 + d
+                    if v4 > 255:
+                        return None
+                    i += 1
+                addr[piece] = addr[piece] * 0x100 + v4
+                seen += 1
+                if seen in (2, 4):
+                    piece += 1
+            if seen != 4:
+                return None
+            break
+        if i < n and s[i] == ":":
+            i += 1
+            if i >= n:
+                return None
+        elif i < n:
+            return None
+        addr[piece] = value
+        piece += 1
+    if compress is not None:
+        swaps = piece - compress
+        piece = 7
+        while piece != 0 and swaps > 0:
+            addr[piece], addr[compress + swaps - 1] = addr[compress + swaps - 1], addr[piece]
+            piece -= 1
+            swaps -= 1
+    elif piece != 8:
+        return None
+    # serialise: compress the first longest run of >= 2 zero pieces
+    best_start, best_len, cur_start, cur_len = -1, 1, -1, 0
+    for k in range(8):
+        if addr[k] == 0:
+            if cur_start < 0:
+                cur_start, cur_len = k, 0
+            cur_len += 1
+            if cur_len > best_len:
+                best_start, best_len = cur_start, cur_len
+        else:
+            cur_start = -1
+    out = []
+    k = 0
+    while k < 8:
+        if k == best_start:
+            out.append("::" if k == 0 else ":")
+            k += best_len
+            continue
+        out.append(f"{addr[k]:x}" + (":" if k < 7 else ""))
+        k += 1
+    return "[" + "".join(out) + "]"
+
+
+def _pct_decode_bytes(s: str) -> bytes:
+    b = s.encode("utf-8", "surrogatepass")
+    if b"%" not in b:
+        return b
+    out = bytearray()
+    i, n = 0, len(b)
+    while i < n:
+        c = b[i]
+        if c == 0x25 and i + 2 < n + 0 and _is_hex(b[i + 1]) and _is_hex(b[i + 2]):
+            out.append(int(b[i + 1:i + 3], 16))
+            i += 3
+        else:
+            out.append(c)
+            i += 1
+    return bytes(out)
+
+
+def _is_hex(c: int) -> bool:
+    return 48 <= c <= 57 or 65 <= c <= 70 or 97 <= c <= 102
+
+
+def _valid_xn_label(label: str) -> bool:
+    try:
+        u = label[4:].encode("ascii").decode("punycode")
+    except (UnicodeError, ValueError):
+        return False
+    if not u or u.isascii():
+        return False
+    try:  # UTS #46 4.1: a decoded label must consist of "valid" code points (nothing that maps)
+        if idna.uts46_remap(u, std3_rules=False, transitional=False) != u:
+            return False
+    except (idna.IDNAError, ValueError, IndexError):
+        return False
+    return _valid_unicode_label(u)
+
+
+def _valid_unicode_label(u: str) -> bool:
+    if unicodedata.normalize("NFC", u) != u:
+        return False
+    if unicodedata.category(u[0])[0] == "M":
+        return False
+    try:
+        idna.uts46_remap(u, std3_rules=False, transitional=False)
+        for pos, ch in enumerate(u):
+            cp = ord(ch)
+            if cp in (0x200C, 0x200D) and not idna.valid_contextj(u, pos):
+                return False
+    except (idna.IDNAError, ValueError, IndexError):
+        return False
+    return True
+
+
+def _domain_to_ascii(domain: str) -> str | None:
+    """UTS #46 ToASCII as WHATWG calls it (no STD3 rules, no hyphen or DNS-length checks)."""
+    try:
+        mapped = idna.uts46_remap(domain, std3_rules=False, transitional=False)
+    except (idna.IDNAError, ValueError, IndexError):
+        return None
+    labels = mapped.split(".")
+    out = []
+    for label in labels:
+        if label.isascii():
+            low = label.lower()
+            if low.startswith("xn--") and not _valid_xn_label(low):
+                return None
+            out.append(low)
+            continue
+        if not _valid_unicode_label(label):
+            return None
+        try:
+            out.append("xn--" + label.encode("punycode").decode("ascii"))
+        except UnicodeError:
+            return None
+    if any(_bidi_label(lab) for lab in labels) and not _bidi_ok(labels):
+        return None
+    return ".".join(out)
+
+
+def _bidi_label(label: str) -> bool:
+    return any(unicodedata.bidirectional(c) in ("R", "AL", "AN") for c in label)
+
+
+def _bidi_ok(labels: list[str]) -> bool:
+    for lab in labels:
+        if not lab:
+            continue
+        try:
+            idna.check_bidi(lab, check_ltr=True)
+        except idna.IDNAError:
+            return False
+    return True
+
+
+@lru_cache(maxsize=65536)
+def parse_host(raw: str) -> str | None:
+    """WHATWG host parser for special schemes: domain -> lower-case ASCII, IPv4/IPv6 normalised."""
+    if raw.startswith("["):
+        if not raw.endswith("]"):
+            return None
+        return _parse_ipv6(raw[1:-1])
+    if _ASCII_HOST_RE.fullmatch(raw) and "xn--" not in raw.lower():
+        ascii_host = raw.lower()
+    else:
+        domain = _pct_decode_bytes(raw).decode("utf-8", "replace")
+        ascii_host = _domain_to_ascii(domain)
+        if ascii_host is None or _FORBIDDEN_DOMAIN.search(ascii_host):
+            return None
+    if not ascii_host:
+        return None
+    if _ends_in_number(ascii_host):
+        return _parse_ipv4(ascii_host)
+    return ascii_host
+
+
+# ---------------------------------------------------------------------------------------------------
+# the parser
+# ---------------------------------------------------------------------------------------------------
+_DOT = {".", "%2e"}
+_DOTDOT = {"..", ".%2e", "%2e.", "%2e%2e"}
+
+
+def _path(segments: list[str], path: str, absolute: bool) -> tuple[str, ...]:
+    """WHATWG path state: append ``path``'s segments to ``segments`` resolving dot segments."""
+    parts = _SLASHES.split(path) if path else [""]
+    if absolute:
+        parts = parts[1:] if len(parts) > 1 else [""]
+    last = len(parts) - 1
+    for idx, seg in enumerate(parts):
+        low = seg.lower() if ("." in seg or "%" in seg) else seg
+        if low in _DOTDOT:
+            if segments:
+                segments.pop()
+            if idx == last:
+                segments.append("")
+        elif low in _DOT:
+            if idx == last:
+                segments.append("")
+        else:
+            segments.append(_encode(seg, _PATH_SET))
+    return tuple(segments)
+
+
+def _split_tail(rest: str) -> tuple[str, str | None, str | None]:
+    frag = None
+    h = rest.find("#")
+    if h >= 0:
+        frag = _encode(rest[h + 1:], _FRAGMENT_SET)
+        rest = rest[:h]
+    query = None
+    q = rest.find("?")
+    if q >= 0:
+        query = _encode(rest[q + 1:], _QUERY_SET)
+        rest = rest[:q]
+    return rest, query, frag
+
+
+def _authority(scheme: str, rest: str) -> Parts | None:
+    m = _AUTH_END.search(rest)
+    end = m.start() if m else len(rest)
+    auth, tail = rest[:end], rest[end:]
+    username = password = ""
+    if "@" in auth:
+        at = auth.rfind("@")
+        userinfo, auth = auth[:at], auth[at + 1:]
+        if not auth:
+            return None
+        user, _, pw = userinfo.partition(":")
+        username = _encode(user, _USERINFO_SET)
+        password = _encode(pw, _USERINFO_SET)
+    port_s = ""
+    if auth.startswith("["):
+        close = auth.find("]")
+        if close < 0:
+            return None
+        host_s, after = auth[:close + 1], auth[close + 1:]
+        if after:
+            if after[0] != ":":
+                return None
+            port_s = after[1:]
+    else:
+        host_s, colon, port_s = auth.partition(":")
+        if colon and not host_s:
+            return None
+    if not host_s:
+        return None
+    port = None
+    if port_s:
+        if not (port_s.isascii() and port_s.isdigit()):
+            return None
+        port = int(port_s)
+        if port > 65535:
+            return None
+        if port == _DEFAULT_PORTS[scheme]:
+            port = None
+    host = parse_host(host_s)
+    if host is None:
+        return None
+    path_s, query, frag = _split_tail(tail)
+    return Parts(scheme, username, password, host, port, _path([], path_s, True), query, frag)
+
+
+def _relative(rest: str, base: Parts) -> Parts | None:
+    c = rest[:1]
+    if c in ("/", "\\"):
+        if rest[1:2] in ("/", "\\"):
+            return _authority(base.scheme, rest.lstrip("/\\"))
+        path_s, query, frag = _split_tail(rest)
+        return base._replace(path=_path([], path_s, True), query=query, fragment=frag)
+    if not rest:
+        return base._replace(fragment=None)
+    if c == "?":
+        _, query, frag = _split_tail(rest)
+        return base._replace(query=query, fragment=frag)
+    if c == "#":
+        return base._replace(fragment=_encode(rest[1:], _FRAGMENT_SET))
+    path_s, query, frag = _split_tail(rest)
+    return base._replace(path=_path(list(base.path[:-1]), path_s, False), query=query, fragment=frag)
+
+
+def _clean(s: str) -> str:
+    s = s.strip(_C0_SPACE)
+    if "\t" in s or "\n" in s or "\r" in s:
+        s = _TAB_NL.sub("", s)
+    return s
+
+
+@lru_cache(maxsize=1024)
+def _parse_base(base: str) -> Parts | None:
+    return parse(base)
+
+
+def parse(url: str, base: str | None = None) -> Parts | None:
+    """Parse (and resolve against ``base``) into :class:`Parts`; None unless the result is http(s)."""
+    s = _clean(url)
+    m = _SCHEME_RE.match(s)
+    base_parts = _parse_base(base) if base is not None else None
+    if m:
+        scheme = m.group(1).lower()
+        if scheme not in _DEFAULT_PORTS:
+            return None
+        rest = s[m.end():]
+        if base_parts is not None and base_parts.scheme == scheme:
+            if rest[:1] in ("/", "\\") and rest[1:2] in ("/", "\\"):
+                return _authority(scheme, rest.lstrip("/\\"))
+            return _relative(rest, base_parts)
+        return _authority(scheme, rest.lstrip("/\\"))
+    if base_parts is None:
+        return None
+    return _relative(s, base_parts)
+
+
+def resolve(input: str, base: str | None) -> str | None:  # noqa: A002 - the interface name
+    """Resolve ``input`` against ``base`` the WHATWG way; None if unparseable or not http(s)."""
+    if base is None:
+        m = _FAST_RE.fullmatch(input)
+        if m and not _fast_unsafe(m):
+            return input if m.group(3) else _insert_root(input, m)
+    p = parse(input, base)
+    return None if p is None else p.serialize()
+
+
+def _fast_unsafe(m: re.Match[str]) -> bool:
+    """The fast-path regex accepted it, but does the full parser have anything to change?"""
+    host = m.group(2)
+    path = m.group(3)
+    if "xn--" in host or _ends_in_number(host):
+        return True
+    if path and ("/." in path or "%2" in path or "\\" in path):
+        return True
+    return False
+
+
+def _insert_root(url: str, m: re.Match[str]) -> str:
+    return url[:m.end(2)] + "/" + url[m.end(2):]
+
+
+# ---------------------------------------------------------------------------------------------------
+# canonicalisation
+# ---------------------------------------------------------------------------------------------------
+_PCT_RE = re.compile(r"%([0-9A-Fa-f]{2})")
+_UNRESERVED = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
+
+
+def _norm_pct_match(m: re.Match[str]) -> str:
+    c = chr(int(m.group(1), 16))
+    return c if c in _UNRESERVED else "%" + m.group(1).upper()
+
+
+def _norm_pct(s: str) -> str:
+    return _PCT_RE.sub(_norm_pct_match, s) if "%" in s else s
+
+
+@lru_cache(maxsize=64)
+def _tracking_set(params: tuple[str, ...]) -> frozenset[str]:
+    return frozenset(p.lower() for p in params)
+
+
+def _canon_query(query: str, tracking: frozenset[str]) -> str:
+    params = []
+    for part in query.split("&"):
+        if not part:
+            continue
+        part = _norm_pct(part)
+        name = part.split("=", 1)[0]
+        if tracking and name.lower() in tracking:
+            continue
+        params.append((name, part))
+    if len(params) > 1:
+        params.sort(key=lambda p: p[0])
+    return "&".join(p[1] for p in params)
+
+
+def _canon_parts(p: Parts, tracking: frozenset[str]) -> str:
+    path = _norm_pct("/".join(p.path))
+    query = _canon_query(p.query, tracking) if p.query else ""
+    out = [p.scheme, "://"]
+    if p.username or p.password:
+        out.append(_norm_pct(p.username))
+        if p.password:
+            out.append(":" + _norm_pct(p.password))
+        out.append("@")
+    out.append(p.host)
+    if p.port is not None:
+        out.append(f":{p.port}")
+    out.append("/" + path)
+    if query:
+        out.append("?" + query)
+    return "".join(out)
+
+
+_CANON_FAST_RE = re.compile(r"(https?)://([a-z0-9\-]+(?:\.[a-z0-9\-]+)*)(/[A-Za-z0-9\-._~!$&'()*+,;=:@/]*)?")
+
+
+def canonicalize(url: str, tracking_params: Iterable[str] = DEFAULT_TRACKING_PARAMS) -> str | None:
+    """Our canonical form of an http(s) URL (see the module docstring), or None. Idempotent."""
+    tracking = _tracking_set(tuple(tracking_params))
+    m = _CANON_FAST_RE.fullmatch(url)
+    if m and not _fast_unsafe(m):
+        return url if m.group(3) else url + "/"
+    p = parse(url)
+    if p is None:
+        return None
+    return _canon_parts(p, tracking)
+
+
+def canonicalize_many(
+    urls: Sequence[str | None] | pa.Array | pa.ChunkedArray,
+    tracking_params: Iterable[str] = DEFAULT_TRACKING_PARAMS,
+) -> pa.Array:
+    """:func:`canonicalize` over many URLs -> Arrow string array, null where rejected.
+
+    Repeated strings (links to the same page from many pages) are canonicalised once per call.
+    """
+    tracking = tuple(tracking_params)
+    if isinstance(urls, pa.ChunkedArray):
+        urls = urls.combine_chunks()
+    values = urls.to_pylist() if isinstance(urls, pa.Array) else list(urls)
+    cache: dict[str, str | None] = {}
+    out: list[str | None] = []
+    append = out.append
+    for u in values:
+        if u is None:
+            append(None)
+            continue
+        r = cache.get(u, _MISSING)
+        if r is _MISSING:
+            r = cache[u] = canonicalize(u, tracking)
+        append(r)
+    return pa.array(out, type=pa.string())
+
+
+_MISSING: object = object()
+
+
+def url_hash(url: str) -> int:
+    """xxh3_64 of the URL's UTF-8 as given; pass the canonical URL (the CrawlDb key)."""
+    return xxhash.xxh3_64_intdigest(url.encode("utf-8"))
+
+
+def url_hashes(urls: pa.Array | pa.ChunkedArray | Sequence[str | None]) -> np.ndarray:
+    """:func:`url_hash` over canonical URLs -> uint64 array (null -> 0)."""
+    if isinstance(urls, (pa.Array, pa.ChunkedArray)):
+        urls = urls.to_pylist()
+    h = xxhash.xxh3_64_intdigest
+    return np.fromiter(
+        (0 if u is None else h(u.encode("utf-8")) for u in urls), dtype=np.uint64, count=len(urls)
+    )
+
+
+# ---------------------------------------------------------------------------------------------------
+# hosts, domains, SURT, politeness keys
+# ---------------------------------------------------------------------------------------------------
+def host_of(url: str) -> str | None:
+    """The (WHATWG-normalised) host of an http(s) URL, IPv6 in brackets; None if unparseable."""
+    m = _FAST_RE.fullmatch(url)
+    if m and not _fast_unsafe(m):
+        return m.group(2)
+    p = parse(url)
+    return None if p is None else p.host
+
+
+@lru_cache(maxsize=1)
+def _extractor():
+    import tldextract  # deferred: building the suffix trie costs ~100 ms
+
+    return tldextract.TLDExtract(suffix_list_urls=(), cache_dir=None)
+
+
+_IPV4_RE = re.compile(r"\d{1,3}(?:\.\d{1,3}){3}")
+
+
+@lru_cache(maxsize=65536)
+def registered_domain(host: str) -> str:
+    """eTLD+1 of ``host`` from the bundled Public Suffix List snapshot (no network).
+
+    IP addresses and hosts without a known suffix (``localhost``, ``site.test``) return the host
+    itself, so the result is always usable as a grouping key.
+    """
+    if not host or host.startswith("[") or _IPV4_RE.fullmatch(host):
+        return host
+    ext = _extractor()(host)
+    if ext.domain and ext.suffix:
+        return f"{ext.domain}.{ext.suffix}"
+    return host
+
+
+_WWW_RE = re.compile(r"^www\d*\.")
+
+
+def surt(url: str) -> str | None:
+    """Common Crawl ``url_surtkey``: ``com,example)/path?a=1&b=2`` (lower case, scheme and www dropped).
+
+    Follows the ``surt`` library's default as Common Crawl uses it: host labels reversed and joined by
+    commas, a leading ``www``/``wwwN`` dropped, non-default port kept, path and query lower-cased,
+    query parameters sorted, trailing slash dropped except for the root.
+    """
+    p = parse(url)
+    if p is None:
+        return None
+    host = p.host
+    if host.startswith("[") or _IPV4_RE.fullmatch(host):
+        key = host
+    else:
+        key = ",".join(reversed(_WWW_RE.sub("", host).split(".")))
+    if p.port is not None:
+        key += f":{p.port}"
+    path = ("/" + "/".join(p.path)).lower()
+    if len(path) > 1 and path.endswith("/"):
+        path = path[:-1]
+    out = key + ")" + path
+    if p.query:
+        q = "&".join(sorted(x for x in p.query.lower().split("&") if x))
+        if q:
+            out += "?" + q
+    return out
+
+
+def politeness_key(url: str, mode: str = "host", resolver: Mapping[str, str] | None = None) -> str | None:
+    """The key politeness is enforced on: the host, its registered domain, or its IP.
+
+    ``ip`` uses ``resolver`` (host -> IP, as the fetcher's DNS cache knows it) and falls back to the
+    host when the host is not in it, so an unresolved host is still polite on its own.
+    """
+    host = host_of(url)
+    if host is None:
+        return None
+    if mode == "host":
+        return host
+    if mode == "domain":
+        return registered_domain(host)
+    if mode == "ip":
+        return (resolver or {}).get(host, host)
+    raise ValueError(f"politeness_key mode must be host, domain or ip, got {mode!r}")
+
+
+# ---------------------------------------------------------------------------------------------------
+# trap and scope filters
+# ---------------------------------------------------------------------------------------------------
+TOO_LONG = "too_long"
+TOO_DEEP = "too_deep"
+REPEATED_SEGMENTS = "repeated_segments"
+TOO_MANY_SEGMENTS = "too_many_segments"
+QUERY_EXPLOSION = "query_explosion"
+OUT_OF_SCOPE = "out_of_scope"
+BAD_SCHEME = "bad_scheme"
+FILTER_REASONS = (BAD_SCHEME, TOO_LONG, TOO_DEEP, TOO_MANY_SEGMENTS, REPEATED_SEGMENTS, QUERY_EXPLOSION,
+                  OUT_OF_SCOPE)
+
+
+def is_bad_scheme(url: str) -> bool:
+    """Only absolute http(s) URLs are crawlable."""
+    return not url[:8].lower().startswith(("http://", "https://"))
+
+
+def is_too_long(url: str, max_length: int) -> bool:
+    return len(url) > max_length
+
+
+def is_too_deep(depth: int, max_depth: int) -> bool:
+    """Depth counts link hops from a seed (seeds are 0)."""
+    return depth > max_depth
+
+
+def _split_url(url: str) -> tuple[str, str, str]:
+    """(host, path, query) of an absolute URL by plain string slicing (filters run on canonical URLs)."""
+    rest = url.split("://", 1)[1] if "://" in url else url
+    rest = rest.split("#", 1)[0]
+    slash = rest.find("/")
+    qmark = rest.find("?")
+    if slash < 0 or (0 <= qmark < slash):
+        hostport = rest[:qmark] if qmark >= 0 else rest
+        path = "/"
+        query = rest[qmark + 1:] if qmark >= 0 else ""
+    else:
+        hostport = rest[:slash]
+        path_q = rest[slash:]
+        path, _, query = path_q.partition("?")
+    host = hostport.rsplit("@", 1)[-1]
+    if host.startswith("["):
+        host = host[:host.find("]") + 1]
+    else:
+        host = host.split(":", 1)[0]
+    return host.lower(), path, query
+
+
+def _segments(path: str) -> list[str]:
+    return [s for s in path.split("/") if s]
+
+
+def has_repeated_segments(path: str, max_repeats: int) -> bool:
+    """A segment or a run of segments repeated more than ``max_repeats`` times (Nutch's loop rule).
+
+    Catches ``/a/a/a/a`` and also cycles such as ``/a/b/a/b/a/b`` (any sequence of 1..n/2 segments
+    occurring consecutively more than ``max_repeats`` times) — the shape calendar and relative-link
+    traps take.
+    """
+    segs = _segments(path)
+    n = len(segs)
+    if n <= max_repeats:
+        return False
+    limit = max_repeats + 1  # consecutive occurrences that make it a trap
+    for period in range(1, n // limit + 1):
+        run = 0
+        for i in range(period, n):
+            if segs[i] == segs[i - period]:
+                run += 1
+                if run >= period * max_repeats:
+                    return True
+            else:
+                run = 0
+    # also the Nutch form: the same segment anywhere in the path more than max_repeats times
+    counts: dict[str, int] = {}
+    for s in segs:
+        counts[s] = counts.get(s, 0) + 1
+        if counts[s] > max_repeats:
+            return True
+    return False
+
+
+def has_too_many_segments(path: str, max_segments: int) -> bool:
+    return len(_segments(path)) > max_segments
+
+
+def has_query_explosion(query: str, max_params: int) -> bool:
+    return sum(1 for p in query.split("&") if p) > max_params
+
+
+@lru_cache(maxsize=16)
+def _scope_re(pattern: str) -> re.Pattern[str] | None:
+    return re.compile(pattern) if pattern else None
+
+
+def is_out_of_scope(host: str, allowed_hosts: str) -> bool:
+    """``allowed_hosts`` is a regex searched in the host (anchor it yourself); empty = any host."""
+    rx = _scope_re(allowed_hosts)
+    return rx is not None and rx.search(host) is None
+
+
+def filter_reason(url: str, depth: int, cfg: CrawlConfig) -> str | None:
+    """Why ``url`` (canonical, at link ``depth``) must not be crawled, or None if it may."""
+    if is_bad_scheme(url):
+        return BAD_SCHEME
+    if is_too_long(url, cfg.max_url_length):
+        return TOO_LONG
+    if is_too_deep(depth, cfg.max_depth):
+        return TOO_DEEP
+    host, path, query = _split_url(url)
+    if has_too_many_segments(path, cfg.max_path_segments):
+        return TOO_MANY_SEGMENTS
+    if has_repeated_segments(path, cfg.max_path_repeats):
+        return REPEATED_SEGMENTS
+    if has_query_explosion(query, cfg.max_query_params):
+        return QUERY_EXPLOSION
+    if is_out_of_scope(host, cfg.allowed_hosts):
+        return OUT_OF_SCOPE
+    return None
+
+
+def filter_reasons(urls: pa.Array | pa.ChunkedArray, depths: np.ndarray, cfg: CrawlConfig) -> pa.Array:
+    """:func:`filter_reason` for many URLs -> string array (null = keep; a null URL is ``bad_scheme``).
+
+    The cheap checks (scheme, length, depth, segment and parameter counts, scope) run as Arrow compute
+    kernels over the whole column; only URLs with enough segments to possibly repeat go through the
+    Python loop detector.
+    """
+    import pyarrow.compute as pc
+
+    if isinstance(urls, pa.ChunkedArray):
+        urls = urls.combine_chunks()
+    urls = urls.cast(pa.string())
+    n = len(urls)
+    depths = np.asarray(depths)
+    reason = np.full(n, None, dtype=object)
+    filled = np.zeros(n, dtype=bool)
+
+    def mark(mask: np.ndarray, why: str) -> None:
+        m = mask & ~filled
+        reason[m] = why
+        filled[m] = True
+
+    def to_np(arr: pa.Array) -> np.ndarray:
+        return arr.fill_null(False).to_numpy(zero_copy_only=False)
+
+    lowered = pc.utf8_lower(pc.utf8_slice_codeunits(urls, 0, 8))
+    good_scheme = to_np(pc.or_(pc.starts_with(lowered, "http://"), pc.starts_with(lowered, "https://")))
+    mark(~good_scheme, BAD_SCHEME)
+    mark(to_np(pc.greater(pc.utf8_length(urls), cfg.max_url_length)), TOO_LONG)
+    mark(depths > cfg.max_depth, TOO_DEEP)
+
+    parts = pc.extract_regex(
+        urls, r"^[A-Za-z][A-Za-z0-9+.\-]*://(?:[^/?#]*@)?(?P<host>\[[^\]]*\]|[^:/?#]*)(?::\d*)?"
+        r"(?P<path>[^?#]*)(?:\?(?P<query>[^#]*))?"
+    )
+    host = pc.utf8_lower(pc.struct_field(parts, "host"))
+    path = pc.struct_field(parts, "path")
+    query = pc.struct_field(parts, "query")
+    nseg = pc.count_substring_regex(path, "[^/]+").fill_null(0).to_numpy(zero_copy_only=False)
+    mark(nseg > cfg.max_path_segments, TOO_MANY_SEGMENTS)
+    maybe_loop = np.flatnonzero((nseg > cfg.max_path_repeats) & ~filled)
+    if len(maybe_loop):
+        loop_paths = path.take(pa.array(maybe_loop)).to_pylist()
+        for i, pv in zip(maybe_loop, loop_paths, strict=True):
+            if has_repeated_segments(pv, cfg.max_path_repeats):
+                reason[i] = REPEATED_SEGMENTS
+                filled[i] = True
+    q = query.fill_null("")
+    amp = pc.count_substring(q, "&").to_numpy(zero_copy_only=False)
+    nonempty = to_np(pc.greater(pc.utf8_length(q), 0))
+    # a count of '&' overestimates only when there are empty params; recheck those near the limit
+    est = np.where(nonempty, amp + 1, 0)
+    over = np.flatnonzero((est > cfg.max_query_params) & ~filled)
+    if len(over):
+        qs = q.take(pa.array(over)).to_pylist()
+        for i, qv in zip(over, qs, strict=True):
+            if has_query_explosion(qv, cfg.max_query_params):
+                reason[i] = QUERY_EXPLOSION
+                filled[i] = True
+    if cfg.allowed_hosts:
+        ok = to_np(pc.match_substring_regex(host, cfg.allowed_hosts))
+        mark(~ok, OUT_OF_SCOPE)
+    return pa.array(reason.tolist(), type=pa.string())
+
+
+__all__ = [
+    "FILTER_REASONS", "Parts", "canonicalize", "canonicalize_many", "filter_reason", "filter_reasons",
+    "has_query_explosion", "has_repeated_segments", "has_too_many_segments", "host_of", "is_bad_scheme",
+    "is_out_of_scope", "is_too_deep", "is_too_long", "parse", "parse_host", "politeness_key",
+    "registered_domain", "resolve", "surt", "url_hash", "url_hashes",
+]
