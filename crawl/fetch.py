@@ -1,0 +1,643 @@
+"""The polite per-partition fetcher: one fetch list in, fetch rows + WARC files out.
+
+Why this shape: a Dask task calls :func:`fetch_partition` (a plain sync function) with one partition
+of the fetch list; the partition holds whole hosts, so all politeness state (next-allowed time, robots
+policy, error count, backoff) lives here, in one event loop, and nothing is shared between workers.
+
+Scheduling (Nutch/StormCrawler style, one queue per host): a min-heap of hosts keyed by the time the
+host may next start a request. The dispatcher pops a due host, starts its next URL and pushes the host
+back at ``start + delay``. ``delay = max(cfg.politeness_delay_s, robots Crawl-delay)``, measured between
+the *starts* of two requests (robots.txt included). The start is taken when the request headers are
+actually written to the socket (aiohttp trace signal), so connection set-up time cannot shrink the gap
+the server sees. At most ``cfg.max_concurrent_hosts`` hosts are active at once and at most
+``cfg.max_in_flight_per_host`` requests run per host.
+
+Failures belong to the host: 429/503 push the host's next-allowed time (``Retry-After`` or exponential
+backoff with jitter), and after ``cfg.max_host_errors`` errors the host's remaining URLs are deferred to
+a later round. Every input URL ends with at least one output row; a URL retried inside the task has one
+row per attempt (the consumer takes the latest ``fetch_time`` per URL).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import heapq
+import random
+import time
+import zlib
+from collections import Counter, deque
+from collections.abc import Mapping
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+from urllib.parse import urlsplit
+
+import aiohttp
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from crawl import records as R
+from crawl import urls as U
+from crawl.config import CrawlConfig
+from crawl.fingerprint import payload_digest
+from crawl.net import GuardedResolver, PrivateAddressError, classify_error
+from crawl.robots import RobotsPolicy, policy_from_response
+from crawl.warc import RecordRef, WarcFile
+
+# Rows of the robots.txt TTL cache kept in crawl state (one per host and fetch).
+ROBOTS_CACHE_SCHEMA = pa.schema([
+    ("host", pa.string()),
+    ("fetched_at", R.TS),
+    ("status", pa.int32()),
+    ("body", pa.binary()),
+])
+
+SUBSET_WARC = "warc"
+SUBSET_DIAG = "crawldiagnostics"
+SUBSET_ROBOTS = "robotstxt"
+ROBOTS_MAX_REDIRECTS = 5  # RFC 9309 §2.3.1.2: follow at least five consecutive redirects
+# Added to the gap so that server-side scheduling jitter (a request parsed a few ms late) can never
+# show up as a gap shorter than the delay in the server's own log. Only applied when delay > 0.
+_GAP_MARGIN_S = 0.003
+_CHUNK = 65_536
+
+
+@dataclass
+class FetchOutput:
+    """What a fetch task returns: per-attempt rows, new robots cache rows and counters."""
+
+    fetches: pa.Table
+    robots_rows: pa.Table
+    stats: dict[str, Any]
+
+
+@dataclass
+class _Job:
+    url: str
+    url_hash: int
+    depth: int
+    etag: str | None = None
+    last_modified: str | None = None
+    hops: int = 0
+    robots: bool = False
+
+
+@dataclass
+class _Host:
+    host: str
+    origin: str  # scheme://netloc of the host's first URL, where robots.txt is asked for
+    queue: deque[_Job] = field(default_factory=deque)
+    next_at: float = 0.0
+    delay: float = 0.0
+    in_flight: int = 0
+    in_heap: bool = False
+    blocked: bool = False  # robots.txt in flight: no page request may start
+    errors: int = 0
+    backoff_n: int = 0
+    policy: RobotsPolicy | None = None
+    closed: bool = False  # remaining URLs were settled (deferred/filtered); nothing more to start
+    retired: bool = False  # no longer counts against cfg.max_concurrent_hosts
+    rng: random.Random = field(default_factory=random.Random)
+
+
+@dataclass
+class _Response:
+    status: int
+    reason: str
+    headers: list[tuple[str, str]]
+    req_headers: list[tuple[str, str]]
+    body: bytes
+    truncated: str | None
+    ip: str | None
+    location: str | None
+    retry_after: str | None
+
+
+def parse_retry_after(value: str | None, now: datetime) -> float | None:
+    """Seconds to wait from a ``Retry-After`` header: delta-seconds or an HTTP-date (RFC 9110 §10.2.3)."""
+    if not value:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return float(value)
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when is None:
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return max(0.0, (when - now).total_seconds())
+
+
+def backoff_delay(cfg: CrawlConfig, n: int, rng: random.Random) -> float:
+    """The n-th (0-based) host backoff: base doubling, capped, with ±jitter (Nutch NUTCH-2946)."""
+    base = min(cfg.backoff_cap_s, cfg.backoff_base_s * (2.0 ** min(n, 60)))
+    return base * (1.0 + rng.uniform(-cfg.backoff_jitter, cfg.backoff_jitter))
+
+
+def _row(job: _Job, host: str, fetch_time: datetime, status: str, **kw: Any) -> dict[str, Any]:
+    row = {"url": job.url, "url_hash": job.url_hash, "host": host, "depth": job.depth,
+           "fetch_time": fetch_time, "status": status, "http_status": 0}
+    row.update(kw)
+    return row
+
+
+def _fresh_robots(cache: pa.Table | None, now: datetime, ttl_s: float) -> dict[str, tuple[int, bytes]]:
+    """Latest fresh cached robots answer per host (vectorised filter, then a small dict)."""
+    if cache is None or cache.num_rows == 0:
+        return {}
+    cutoff = pa.scalar(now - timedelta(seconds=ttl_s), R.TS)
+    fresh = cache.filter(pc.and_(pc.greater(cache["fetched_at"].cast(R.TS), cutoff),
+                                 pc.is_valid(cache["status"])))
+    fresh = fresh.sort_by([("host", "ascending"), ("fetched_at", "descending")])
+    out: dict[str, tuple[int, bytes]] = {}
+    for h, s, b in zip(fresh["host"].to_pylist(), fresh["status"].to_pylist(),
+                       fresh["body"].to_pylist(), strict=True):
+        out.setdefault(h, (s, b or b""))
+    return out
+
+
+class _Fetcher:
+    """One task's state: the host heap, the session, the WARC writers and the output rows."""
+
+    def __init__(self, cfg: CrawlConfig, root: str, warc_prefix: str, now: datetime,
+                 known: Mapping[str, tuple[str, str]] | None, deadline_s: float) -> None:
+        self.cfg = cfg
+        self.root = root
+        self.now0 = now if now.tzinfo else now.replace(tzinfo=UTC)
+        self.known: dict[str, tuple[str, str]] = dict(known or {})
+        self.deadline_s = deadline_s
+        self.rows: list[dict[str, Any]] = []
+        self.robots_rows: list[dict[str, Any]] = []
+        self.hosts: dict[str, _Host] = {}
+        self.heap: list[tuple[float, int, str]] = []
+        self.seq = 0
+        self.stats: Counter[str] = Counter()
+        self.names = {s: f"{warc_prefix}-{n}.warc.gz" for s, n in (
+            (SUBSET_WARC, "warc"), (SUBSET_DIAG, "crawldiagnostics"), (SUBSET_ROBOTS, "robotstxt"))}
+        self.warcs: dict[str, WarcFile] = {}
+        self.resolver = GuardedResolver(cfg.resolve, allow_private=cfg.allow_private)
+        self.wake = asyncio.Event()
+        self.tasks: set[asyncio.Task[None]] = set()
+        self.active = 0  # admitted hosts not yet retired
+
+    # -- clock -------------------------------------------------------------------------------
+    def mono(self) -> float:
+        return time.monotonic() - self.t0
+
+    def wall(self) -> datetime:
+        """Fetch time: the task's ``now`` plus elapsed time, so a simulated round clock stays coherent."""
+        return self.now0 + timedelta(seconds=self.mono())
+
+    # -- setup --------------------------------------------------------------------------------
+    def load(self, fetchlist: pa.Table, robots_cache: pa.Table | None) -> None:
+        cols = fetchlist.select(["url", "url_hash", "host", "depth", "etag", "last_modified"])
+        cached = _fresh_robots(robots_cache, self.now0, self.cfg.robots_ttl_s)
+        for url, uh, host, depth, etag, lm in zip(*(c.to_pylist() for c in cols.columns), strict=True):
+            h = self.hosts.get(host)
+            if h is None:
+                parts = urlsplit(url)
+                h = _Host(host=host, origin=f"{parts.scheme}://{parts.netloc}",
+                          delay=self.cfg.politeness_delay_s,
+                          rng=random.Random(zlib.crc32(host.encode())))
+                if host in cached:
+                    st, body = cached[host]
+                    h.policy = policy_from_response(st, body, self.cfg.robots_max_bytes,
+                                                    self.cfg.robots_agent)
+                    self.stats["robots_cached"] += 1
+                self.hosts[host] = h
+            h.queue.append(_Job(url, uh, depth if depth is not None else 0, etag, lm))
+        self.stats["input_urls"] = fetchlist.num_rows
+        self.stats["hosts"] = len(self.hosts)
+
+    # -- heap ---------------------------------------------------------------------------------
+    def push(self, h: _Host) -> None:
+        if not h.in_heap and not h.closed and h.queue:
+            h.in_heap = True
+            self.seq += 1
+            heapq.heappush(self.heap, (h.next_at, self.seq, h.host))
+
+    def settle_host(self, h: _Host, status: str, error: str, retry_after: float | None = None) -> None:
+        """Give every queued URL of the host a final row without fetching it (never lose a URL)."""
+        t = self.wall()
+        while h.queue:
+            job = h.queue.popleft()
+            self.rows.append(_row(job, h.host, t, status, error=error, subset=SUBSET_DIAG,
+                                  retry_after_s=retry_after))
+        h.closed = True
+
+    def apply_policy(self, h: _Host) -> None:
+        """Robots decided: defer, slow down, or mark disallowed URLs before they take a slot."""
+        p = h.policy
+        assert p is not None
+        if p.defer_host:
+            self.settle_host(h, R.DEFERRED, "robots_unavailable")
+            return
+        cd = p.crawl_delay
+        if cd is not None and cd > self.cfg.max_crawl_delay_s:
+            self.settle_host(h, R.DEFERRED, "crawl_delay_above_cap")
+            return
+        h.delay = max(self.cfg.politeness_delay_s, cd or 0.0)
+        keep: deque[_Job] = deque()
+        t = self.wall()
+        for job in h.queue:
+            if job.robots or p.allowed(job.url):
+                keep.append(job)
+            else:
+                self.rows.append(_row(job, h.host, t, R.ROBOTS_DENIED, error="robots",
+                                      subset=SUBSET_DIAG))
+        h.queue = keep
+
+    # -- main loop ----------------------------------------------------------------------------
+    async def run(self) -> None:
+        self.t0 = time.monotonic()
+        cfg = self.cfg
+        trace = aiohttp.TraceConfig()
+        trace.on_request_headers_sent.append(self._on_headers_sent)
+        connector = aiohttp.TCPConnector(
+            resolver=self.resolver, use_dns_cache=False,
+            limit=cfg.max_concurrent_hosts * cfg.max_in_flight_per_host,
+            limit_per_host=cfg.max_in_flight_per_host, ssl=False,
+        )
+        self.timeout = aiohttp.ClientTimeout(total=None, sock_connect=cfg.connect_timeout_s,
+                                             connect=cfg.connect_timeout_s, sock_read=cfg.read_timeout_s)
+        async with aiohttp.ClientSession(
+            connector=connector, auto_decompress=True, trace_configs=[trace],
+            headers={"User-Agent": cfg.user_agent}, cookie_jar=aiohttp.DummyCookieJar(),
+            max_field_size=16_384, read_bufsize=_CHUNK,
+        ) as self.session:
+            await self._dispatch()
+        await self.resolver.close()
+
+    async def _dispatch(self) -> None:
+        cfg = self.cfg
+        pending = deque(self.hosts.values())
+        while True:
+            now = self.mono()
+            if now >= self.deadline_s:
+                break
+            while self.active < cfg.max_concurrent_hosts and pending:
+                h = pending.popleft()
+                self.active += 1
+                if h.policy is None:
+                    h.queue.appendleft(_Job(h.origin + "/robots.txt", 0, 0, robots=True))
+                else:
+                    self.apply_policy(h)
+                self.push(h)
+                self.retire(h)
+            if not self.heap and not self.tasks and not pending:
+                break
+            if self.heap and self.heap[0][0] <= now:
+                _, _, name = heapq.heappop(self.heap)
+                h = self.hosts[name]
+                h.in_heap = False
+                if h.closed or not h.queue or h.blocked or h.in_flight >= cfg.max_in_flight_per_host:
+                    continue  # re-pushed when its in-flight request ends
+                if h.next_at > now + 1e-9:  # gate moved later (headers-sent time): re-key lazily
+                    self.push(h)
+                    continue
+                job = h.queue.popleft()
+                h.in_flight += 1
+                if job.robots:
+                    h.blocked = True
+                h.next_at = now + h.delay + (_GAP_MARGIN_S if h.delay > 0 else 0.0)
+                task = asyncio.get_running_loop().create_task(self._run_job(h, job))
+                self.tasks.add(task)
+                task.add_done_callback(self._task_done)
+                if h.in_flight < cfg.max_in_flight_per_host:
+                    self.push(h)
+                continue
+            wait = self.deadline_s - now
+            if self.heap:
+                wait = min(wait, self.heap[0][0] - now)
+            self.wake.clear()
+            try:
+                await asyncio.wait_for(self.wake.wait(), timeout=max(wait, 0.0005))
+            except TimeoutError:
+                pass
+        # deadline reached (or all done): settle everything not started, let in-flight requests end
+        for h in list(pending) + list(self.hosts.values()):
+            if h.queue:
+                self.settle_host(h, R.DEFERRED, "deadline")
+        while self.tasks:
+            await asyncio.gather(*list(self.tasks), return_exceptions=True)
+        for h in self.hosts.values():  # redirect hops queued by requests that ended after the deadline
+            if h.queue:
+                self.settle_host(h, R.DEFERRED, "deadline")
+
+    def retire(self, h: _Host) -> None:
+        """Free the host's concurrency slot once it has nothing queued and nothing in flight."""
+        if not h.retired and h.in_flight == 0 and (h.closed or not h.queue):
+            h.retired = True
+            self.active -= 1
+
+    def _task_done(self, task: asyncio.Task[None]) -> None:
+        self.tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:  # a bug, not a network failure
+            self.stats["internal_errors"] += 1
+        self.wake.set()
+
+    async def _on_headers_sent(self, session: Any, ctx: Any, params: Any) -> None:
+        h = ctx.trace_request_ctx
+        if isinstance(h, _Host) and h.delay > 0:
+            h.next_at = max(h.next_at, self.mono() + h.delay + _GAP_MARGIN_S)
+
+    # -- one request --------------------------------------------------------------------------
+    async def _request(self, h: _Host, url: str, headers: dict[str, str], cap: int) -> _Response:
+        host = urlsplit(url).hostname or ""
+        self.resolver.check_literal(host)
+        body = bytearray()
+        truncated: str | None = None
+        resp: aiohttp.ClientResponse | None = None
+        meta: dict[str, Any] = {}
+        try:
+            async with asyncio.timeout(self.cfg.total_timeout_s):
+                async with self.session.get(url, headers=headers, allow_redirects=False,
+                                            timeout=self.timeout, trace_request_ctx=h) as resp:
+                    meta["status"] = resp.status
+                    meta["reason"] = resp.reason or ""
+                    meta["headers"] = [(k.decode("latin-1"), v.decode("latin-1"))
+                                       for k, v in resp.raw_headers]
+                    meta["req_headers"] = list(resp.request_info.headers.items())
+                    meta["location"] = resp.headers.get("Location")
+                    meta["retry_after"] = resp.headers.get("Retry-After")
+                    peer = resp.connection.transport.get_extra_info("peername") \
+                        if resp.connection and resp.connection.transport else None
+                    meta["ip"] = peer[0] if peer else None
+                    try:
+                        async for chunk in resp.content.iter_chunked(_CHUNK):
+                            body += chunk
+                            if len(body) >= cap:
+                                if len(body) > cap or not resp.content.at_eof():
+                                    truncated = "length"
+                                del body[cap:]
+                                break
+                    except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError,
+                            aiohttp.ClientOSError, ConnectionError):
+                        truncated = "disconnect"
+                    except (aiohttp.ServerTimeoutError, aiohttp.SocketTimeoutError):
+                        truncated = "time"
+        except TimeoutError:
+            if "status" not in meta:
+                raise
+            truncated = "time"
+        return _Response(meta["status"], meta["reason"], meta["headers"], meta["req_headers"],
+                         bytes(body), truncated, meta["ip"], meta["location"], meta["retry_after"])
+
+    async def _run_job(self, h: _Host, job: _Job) -> None:
+        try:
+            if job.robots:
+                await self._robots(h, job)
+            else:
+                await self._page(h, job)
+        finally:
+            h.in_flight -= 1
+            if job.robots:
+                h.blocked = False
+            self.push(h)
+            self.retire(h)
+
+    # -- robots.txt ---------------------------------------------------------------------------
+    async def _robots(self, h: _Host, job: _Job) -> None:
+        cfg = self.cfg
+        url = job.url
+        status: int | None = None
+        body: bytes | None = None
+        for hop in range(ROBOTS_MAX_REDIRECTS + 1):
+            if hop:  # a redirect hop is a request to the host too: obey the gap
+                await asyncio.sleep(max(0.0, h.next_at - self.mono()))
+                h.next_at = self.mono() + h.delay + (_GAP_MARGIN_S if h.delay > 0 else 0.0)
+            t = self.wall()
+            rjob = _Job(url, U.url_hash(url), 0)
+            self.stats["robots_requests"] += 1
+            try:
+                r = await self._request(h, url, {}, cfg.robots_max_bytes)
+            except Exception as exc:  # noqa: BLE001 - every failure is an answer: "unreachable"
+                code = classify_error(exc)
+                if code == "private_address" and hop == 0:  # the host itself is refused
+                    self.rows.append(_row(rjob, h.host, t, R.FILTERED, error=code, subset=SUBSET_ROBOTS))
+                    self.settle_host(h, R.FILTERED, code)
+                    return
+                if code == "dns" and hop == 0:  # retried in a later round, like its URLs
+                    self.rows.append(_row(rjob, h.host, t, R.RETRY, error=code, subset=SUBSET_ROBOTS))
+                    self.settle_host(h, R.RETRY, code)
+                    return
+                self.rows.append(_row(rjob, h.host, t, R.RETRY, error=code, subset=SUBSET_ROBOTS))
+                status, body = None, None
+                break
+            ref = self._store(SUBSET_ROBOTS, url, t, r)
+            row = _row(rjob, h.host, t, R.FETCHED if 200 <= r.status < 300 else R.HTTP_ERROR,
+                       http_status=r.status, content_type=_header(r.headers, "content-type"),
+                       content_length=len(r.body), truncated=r.truncated,
+                       payload_digest=ref.digest, subset=SUBSET_ROBOTS, **self._warc_cols(SUBSET_ROBOTS, ref))
+            status, body = r.status, r.body
+            if 300 <= r.status < 400 and r.location:
+                target = U.resolve(r.location, url)
+                row.update(status=R.REDIRECT, redirect_location=target)
+                self.rows.append(row)
+                if target is None or hop == ROBOTS_MAX_REDIRECTS:
+                    break  # unresolved 3xx: "unavailable", allow all
+                url = target
+                continue
+            self.rows.append(row)
+            break
+        h.policy = policy_from_response(status, body, cfg.robots_max_bytes, cfg.robots_agent)
+        if status is not None and status < 500:
+            self.robots_rows.append({"host": h.host, "fetched_at": self.wall(), "status": status,
+                                     "body": body})
+        self.apply_policy(h)
+
+    # -- pages --------------------------------------------------------------------------------
+    async def _page(self, h: _Host, job: _Job) -> None:
+        cfg = self.cfg
+        t = self.wall()
+        self.stats["requests"] += 1
+        headers: dict[str, str] = {}
+        if job.etag:
+            headers["If-None-Match"] = job.etag
+        if job.last_modified:
+            headers["If-Modified-Since"] = job.last_modified
+        try:
+            r = await self._request(h, job.url, headers, cfg.max_body_bytes)
+        except Exception as exc:  # noqa: BLE001 - network failures become rows
+            self._failed(h, job, t, exc)
+            return
+        base = dict(http_status=r.status, content_type=_header(r.headers, "content-type"),
+                    etag=_header(r.headers, "etag"), last_modified=_header(r.headers, "last-modified"),
+                    x_robots_tag=_header(r.headers, "x-robots-tag"))
+        s = r.status
+        if 200 <= s < 300:
+            self._fetched(h, job, t, r, base)
+            return
+        ref = self._store(SUBSET_DIAG, job.url, t, r)
+        base.update(subset=SUBSET_DIAG, content_length=len(r.body), truncated=r.truncated,
+                    payload_digest=ref.digest, **self._warc_cols(SUBSET_DIAG, ref))
+        if s == 304:
+            self.rows.append(_row(job, h.host, t, R.NOT_MODIFIED, **base))
+        elif 300 <= s < 400:
+            self._redirect(h, job, t, r, base)
+        elif s in (429, 503):
+            wait = parse_retry_after(r.retry_after, t)
+            if wait is None:
+                wait = backoff_delay(cfg, h.backoff_n, h.rng)
+                h.backoff_n += 1
+            self._host_error(h, job, t, f"http_{s}", base, wait)
+        elif s in (404, 410):
+            self.rows.append(_row(job, h.host, t, R.GONE, **base))
+        elif s >= 500:
+            self._host_error(h, job, t, f"http_{s}", base, None)
+        else:
+            self.rows.append(_row(job, h.host, t, R.HTTP_ERROR, **base))
+
+    def _fetched(self, h: _Host, job: _Job, t: datetime, r: _Response, base: dict[str, Any]) -> None:
+        digest = payload_digest(r.body)
+        w = self.warcs[SUBSET_WARC]
+        req = w.write_request(job.url, t, "GET", r.req_headers, ip=r.ip)
+        prior = self.known.get(digest)
+        extra: dict[str, Any] = {}
+        if prior is not None:
+            ref = w.write_revisit(job.url, t, r.status, r.reason, r.headers, digest, prior[0],
+                                  _parse_iso(prior[1]), ip=r.ip)
+            extra = {"warc_type": "revisit", "revisit_of_url": prior[0], "revisit_of_date": prior[1]}
+            self.stats["revisits"] += 1
+        else:
+            ref = w.write_response(job.url, t, r.status, r.reason, r.headers, r.body, r.ip,
+                                   r.truncated, concurrent_to=req.record_id)
+            self.known[digest] = (job.url, t.isoformat())
+            extra = {"warc_type": "response"}
+        cols = self._warc_cols(SUBSET_WARC, ref)
+        cols.update(extra)
+        self.stats["bytes"] += len(r.body)
+        self.rows.append(_row(job, h.host, t, R.FETCHED, subset=SUBSET_WARC, content_length=len(r.body),
+                              truncated=r.truncated, payload_digest=digest, **base, **cols))
+
+    def _redirect(self, h: _Host, job: _Job, t: datetime, r: _Response, base: dict[str, Any]) -> None:
+        target = U.resolve(r.location, job.url) if r.location else None
+        if target is None:
+            self.rows.append(_row(job, h.host, t, R.HTTP_ERROR, error="redirect_without_location", **base))
+            return
+        self.rows.append(_row(job, h.host, t, R.REDIRECT, redirect_location=target, **base))
+        canon = U.canonicalize(target, self.cfg.tracking_params) or target
+        parts = urlsplit(canon)
+        if (parts.hostname or "").lower() != h.host.lower():
+            self.stats["redirect_cross_host"] += 1
+            return  # a new URL for the CrawlDb (update turns redirect rows into links)
+        hop = _Job(canon, U.url_hash(canon), job.depth, hops=job.hops + 1)
+        if hop.hops > self.cfg.max_redirects:
+            self.rows.append(_row(hop, h.host, t, R.FILTERED, error="max_redirects", subset=SUBSET_DIAG))
+            return
+        reason = U.filter_reason(canon, job.depth, self.cfg)
+        if reason is not None:
+            self.rows.append(_row(hop, h.host, t, R.FILTERED, error=reason, subset=SUBSET_DIAG))
+            return
+        if h.policy is not None and not h.policy.allowed(canon):
+            self.rows.append(_row(hop, h.host, t, R.ROBOTS_DENIED, error="robots", subset=SUBSET_DIAG))
+            return
+        if not h.closed:
+            h.queue.appendleft(hop)  # next request of this host, after the delay
+        else:
+            self.rows.append(_row(hop, h.host, t, R.DEFERRED, error="host_closed", subset=SUBSET_DIAG))
+
+    def _failed(self, h: _Host, job: _Job, t: datetime, exc: BaseException) -> None:
+        code = classify_error(exc)
+        if isinstance(exc, PrivateAddressError) or code == "private_address":
+            self.rows.append(_row(job, h.host, t, R.FILTERED, error=code, subset=SUBSET_DIAG))
+            self.settle_host(h, R.FILTERED, code)  # the whole host resolves there
+            return
+        if code == "dns":
+            self.rows.append(_row(job, h.host, t, R.RETRY, error=code, subset=SUBSET_DIAG))
+            self.settle_host(h, R.RETRY, code)  # every URL of the host would fail the same way
+            return
+        if code == "invalid_url":
+            self.rows.append(_row(job, h.host, t, R.FILTERED, error=code, subset=SUBSET_DIAG))
+            return
+        self._host_error(h, job, t, code, {"subset": SUBSET_DIAG}, None)
+
+    def _host_error(self, h: _Host, job: _Job, t: datetime, error: str, base: dict[str, Any],
+                    wait: float | None) -> None:
+        """Count an error against the host; on 429/503 push its next-allowed time by ``wait``."""
+        h.errors += 1
+        self.stats["host_errors"] += 1
+        if wait is not None:
+            h.next_at = max(h.next_at, self.mono() + wait)
+            if h.next_at < self.deadline_s and h.errors < self.cfg.max_host_errors:
+                self.rows.append(_row(job, h.host, t, R.RETRY, error=error, retry_after_s=wait, **base))
+                h.queue.appendleft(_Job(job.url, job.url_hash, job.depth, job.etag, job.last_modified,
+                                        job.hops))
+                return
+            self.rows.append(_row(job, h.host, t, R.RETRY, error=error, retry_after_s=wait, **base))
+            self.settle_host(h, R.DEFERRED, "host_backoff", retry_after=wait)
+            return
+        self.rows.append(_row(job, h.host, t, R.RETRY, error=error, **base))
+        if h.errors >= self.cfg.max_host_errors:
+            self.settle_host(h, R.DEFERRED, "host_errors")
+
+    # -- WARC ---------------------------------------------------------------------------------
+    def _store(self, subset: str, url: str, t: datetime, r: _Response) -> RecordRef:
+        w = self.warcs[subset]
+        req = w.write_request(url, t, "GET", r.req_headers, ip=r.ip)
+        return w.write_response(url, t, r.status, r.reason, r.headers, r.body, r.ip, r.truncated,
+                                concurrent_to=req.record_id)
+
+    def _warc_cols(self, subset: str, ref: RecordRef) -> dict[str, Any]:
+        return {"warc_filename": self.names[subset], "warc_record_offset": ref.offset,
+                "warc_record_length": ref.length, "warc_type": "response"}
+
+
+def _header(headers: list[tuple[str, str]], name: str) -> str | None:
+    for k, v in headers:
+        if k.lower() == name:
+            return v
+    return None
+
+
+def _parse_iso(value: str) -> datetime:
+    dt = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    return dt if dt.tzinfo else dt.replace(tzinfo=UTC)
+
+
+def fetch_partition(
+    cfg: CrawlConfig,
+    fetchlist: pa.Table,
+    *,
+    root: str,
+    warc_prefix: str,
+    now: datetime,
+    known_digests: Mapping[str, tuple[str, str]] | None = None,
+    robots_cache: pa.Table | None = None,
+    deadline_s: float | None = None,
+) -> FetchOutput:
+    """Fetch one fetch-list partition politely; write three WARC files under ``root``; return rows.
+
+    Sync on purpose (Dask calls it): it runs its own event loop with one ``ClientSession``. The WARC
+    paths depend only on ``warc_prefix``, and files are published atomically at the end, so a rerun
+    overwrites the earlier attempt. ``known_digests`` (digest -> (url, ISO date)) turns an already
+    stored body into a revisit record; digests stored here are added for the rest of the task.
+    """
+    f = _Fetcher(cfg, root, warc_prefix, now, known_digests,
+                 cfg.round_duration_s if deadline_s is None else deadline_s)
+    f.load(fetchlist, robots_cache)
+    started = time.monotonic()
+    with ExitStack() as stack:
+        for subset, name in f.names.items():
+            f.warcs[subset] = stack.enter_context(WarcFile.open(root, name, user_agent=cfg.user_agent))
+        asyncio.run(f.run())
+    elapsed = time.monotonic() - started
+    fetches = pa.Table.from_pylist(f.rows, schema=R.FETCH_SCHEMA) if f.rows else R.empty(R.FETCH_SCHEMA)
+    robots_rows = (pa.Table.from_pylist(f.robots_rows, schema=ROBOTS_CACHE_SCHEMA) if f.robots_rows
+                   else ROBOTS_CACHE_SCHEMA.empty_table())
+    stats: dict[str, Any] = dict(f.stats)
+    counts = pc.value_counts(fetches["status"]).to_pylist() if fetches.num_rows else []
+    stats["status"] = {c["values"]: c["counts"] for c in counts}
+    stats["elapsed_s"] = elapsed
+    stats["pages_per_s"] = stats.get("requests", 0) / elapsed if elapsed > 0 else 0.0
+    stats["dns_lookups"] = f.resolver.lookups
+    stats["warc_files"] = dict(f.names)
+    return FetchOutput(fetches=fetches, robots_rows=robots_rows, stats=stats)
+
+
+__all__ = ["ROBOTS_CACHE_SCHEMA", "FetchOutput", "backoff_delay", "fetch_partition", "parse_retry_after"]
