@@ -63,7 +63,7 @@ _SLASHES = re.compile(r"[/\\]")
 # Fast path: an absolute http(s) URL of plain ASCII characters that no encode set touches, with a
 # lowercase letters-digits-hyphen host and no port. Everything else takes the full parser.
 _FAST_RE = re.compile(
-    r"(https?)://([a-z0-9\-]+(?:\.[a-z0-9\-]+)*)"
+    r"(https?)://([A-Za-z0-9\-]+(?:\.[A-Za-z0-9\-]+)*)"
     r"((?:/[A-Za-z0-9\-._~!$&'()*+,;=:@%/\[\]|]*)?)"
     r"(\?[A-Za-z0-9\-._~!$&()*+,;=:@%/?\[\]|{}`^]*)?"
     r"(#[A-Za-z0-9\-._~!$&'()*+,;=:@%/?\[\]|{}^#]*)?"
@@ -551,7 +551,11 @@ def resolve(input: str, base: str | None) -> str | None:  # noqa: A002 - the int
     if base is None:
         m = _FAST_RE.fullmatch(input)
         if m and not _fast_unsafe(m):
-            return input if m.group(3) else _insert_root(input, m)
+            host = m.group(2)
+            low = host.lower()
+            if host == low and m.group(3):
+                return input
+            return f"{m.group(1)}://{low}{'' if m.group(3) else '/'}{input[m.end(2):]}"
     p = parse(input, base)
     return None if p is None else p.serialize()
 
@@ -560,15 +564,11 @@ def _fast_unsafe(m: re.Match[str]) -> bool:
     """The fast-path regex accepted it, but does the full parser have anything to change?"""
     host = m.group(2)
     path = m.group(3)
-    if "xn--" in host or _ends_in_number(host):
+    if "xn--" in host or "XN--" in host.upper() or _ends_in_number(host):
         return True
     if path and ("/." in path or "%2" in path or "\\" in path):
         return True
     return False
-
-
-def _insert_root(url: str, m: re.Match[str]) -> str:
-    return url[:m.end(2)] + "/" + url[m.end(2):]
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -590,6 +590,9 @@ def _norm_pct(s: str) -> str:
 @lru_cache(maxsize=64)
 def _tracking_set(params: tuple[str, ...]) -> frozenset[str]:
     return frozenset(p.lower() for p in params)
+
+
+_DEFAULT_TRACKING = _tracking_set(tuple(DEFAULT_TRACKING_PARAMS))
 
 
 def _canon_query(query: str, tracking: frozenset[str]) -> str:
@@ -625,15 +628,23 @@ def _canon_parts(p: Parts, tracking: frozenset[str]) -> str:
     return "".join(out)
 
 
-_CANON_FAST_RE = re.compile(r"(https?)://([a-z0-9\-]+(?:\.[a-z0-9\-]+)*)(/[A-Za-z0-9\-._~!$&'()*+,;=:@/]*)?")
-
-
 def canonicalize(url: str, tracking_params: Iterable[str] = DEFAULT_TRACKING_PARAMS) -> str | None:
     """Our canonical form of an http(s) URL (see the module docstring), or None. Idempotent."""
-    tracking = _tracking_set(tuple(tracking_params))
-    m = _CANON_FAST_RE.fullmatch(url)
+    tracking = (_DEFAULT_TRACKING if tracking_params is DEFAULT_TRACKING_PARAMS
+                else _tracking_set(tuple(tracking_params)))
+    return _canonicalize(url, tracking)
+
+
+def _canonicalize(url: str, tracking: frozenset[str]) -> str | None:
+    m = _FAST_RE.fullmatch(url)
     if m and not _fast_unsafe(m):
-        return url if m.group(3) else url + "/"
+        # already WHATWG-clean: only our policy (host case, %-normalisation, query order) applies
+        path = m.group(3) or "/"
+        if "%" in path:
+            path = _norm_pct(path)
+        query = m.group(4)
+        q = _canon_query(query[1:], tracking) if query and len(query) > 1 else ""
+        return f"{m.group(1)}://{m.group(2).lower()}{path}?{q}" if q else f"{m.group(1)}://{m.group(2).lower()}{path}"
     p = parse(url)
     if p is None:
         return None
@@ -648,7 +659,7 @@ def canonicalize_many(
 
     Repeated strings (links to the same page from many pages) are canonicalised once per call.
     """
-    tracking = tuple(tracking_params)
+    tracking = _tracking_set(tuple(tracking_params))
     if isinstance(urls, pa.ChunkedArray):
         urls = urls.combine_chunks()
     values = urls.to_pylist() if isinstance(urls, pa.Array) else list(urls)
@@ -661,7 +672,7 @@ def canonicalize_many(
             continue
         r = cache.get(u, _MISSING)
         if r is _MISSING:
-            r = cache[u] = canonicalize(u, tracking)
+            r = cache[u] = _canonicalize(u, tracking)
         append(r)
     return pa.array(out, type=pa.string())
 
@@ -691,7 +702,7 @@ def host_of(url: str) -> str | None:
     """The (WHATWG-normalised) host of an http(s) URL, IPv6 in brackets; None if unparseable."""
     m = _FAST_RE.fullmatch(url)
     if m and not _fast_unsafe(m):
-        return m.group(2)
+        return m.group(2).lower()
     p = parse(url)
     return None if p is None else p.host
 
@@ -728,8 +739,10 @@ def surt(url: str) -> str | None:
     """Common Crawl ``url_surtkey``: ``com,example)/path?a=1&b=2`` (lower case, scheme and www dropped).
 
     Follows the ``surt`` library's default as Common Crawl uses it: host labels reversed and joined by
-    commas, a leading ``www``/``wwwN`` dropped, non-default port kept, path and query lower-cased,
-    query parameters sorted, trailing slash dropped except for the root.
+    commas, a leading ``www``/``wwwN`` dropped, non-default port kept, fragment dropped, escapes
+    normalised as in :func:`canonicalize`, path and query lower-cased, query parameters sorted,
+    trailing slash dropped except for the root. Tracking parameters are *not* removed here: pass the
+    canonical URL if they should be.
     """
     p = parse(url)
     if p is None:
@@ -741,12 +754,12 @@ def surt(url: str) -> str | None:
         key = ",".join(reversed(_WWW_RE.sub("", host).split(".")))
     if p.port is not None:
         key += f":{p.port}"
-    path = ("/" + "/".join(p.path)).lower()
+    path = _norm_pct("/" + "/".join(p.path)).lower()
     if len(path) > 1 and path.endswith("/"):
         path = path[:-1]
     out = key + ")" + path
     if p.query:
-        q = "&".join(sorted(x for x in p.query.lower().split("&") if x))
+        q = "&".join(sorted(_canon_query(p.query, frozenset()).lower().split("&")))
         if q:
             out += "?" + q
     return out
