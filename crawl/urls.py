@@ -838,31 +838,21 @@ def _segments(path: str) -> list[str]:
 
 
 def has_repeated_segments(path: str, max_repeats: int) -> bool:
-    """A segment or a run of segments repeated more than ``max_repeats`` times (Nutch's loop rule).
+    """Some segment occurs more than ``max_repeats`` times in the path (Nutch's loop rule); 0 = off.
 
-    Catches ``/a/a/a/a`` and also cycles such as ``/a/b/a/b/a/b`` (any sequence of 1..n/2 segments
-    occurring consecutively more than ``max_repeats`` times) — the shape calendar and relative-link
-    traps take.
+    Counting occurrences anywhere catches ``/a/a/a``, cycles such as ``/a/b/a/b/a/b`` (every segment of
+    a repeated block repeats) and Nutch's ``/x/y/x/z/x`` — the shapes relative-link and calendar traps
+    take.
     """
-    segs = _segments(path)
-    n = len(segs)
-    if n <= max_repeats:
+    if max_repeats <= 0:
         return False
-    limit = max_repeats + 1  # consecutive occurrences that make it a trap
-    for period in range(1, n // limit + 1):
-        run = 0
-        for i in range(period, n):
-            if segs[i] == segs[i - period]:
-                run += 1
-                if run >= period * max_repeats:
-                    return True
-            else:
-                run = 0
-    # also the Nutch form: the same segment anywhere in the path more than max_repeats times
+    segs = _segments(path)
+    if len(segs) <= max_repeats:
+        return False
     counts: dict[str, int] = {}
     for s in segs:
-        counts[s] = counts.get(s, 0) + 1
-        if counts[s] > max_repeats:
+        c = counts[s] = counts.get(s, 0) + 1
+        if c > max_repeats:
             return True
     return False
 
@@ -947,7 +937,7 @@ def filter_reasons(urls: pa.Array | pa.ChunkedArray, depths: np.ndarray, cfg: Cr
     nseg = pc.count_substring_regex(path, "[^/]+").fill_null(0).to_numpy(zero_copy_only=False)
     mark(nseg > cfg.max_path_segments, TOO_MANY_SEGMENTS)
     maybe_loop = np.flatnonzero((nseg > cfg.max_path_repeats) & ~filled)
-    if len(maybe_loop):
+    if cfg.max_path_repeats > 0 and len(maybe_loop):
         loop_paths = path.take(pa.array(maybe_loop)).to_pylist()
         for i, pv in zip(maybe_loop, loop_paths, strict=True):
             if has_repeated_segments(pv, cfg.max_path_repeats):

@@ -1,0 +1,245 @@
+"""crawl.urls: WHATWG resolution edges, our canonicalisation policy, hashing, SURT and trap filters."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+import xxhash
+
+from crawl.config import CrawlConfig
+from crawl.urls import (
+    canonicalize,
+    canonicalize_many,
+    filter_reason,
+    filter_reasons,
+    has_repeated_segments,
+    host_of,
+    parse,
+    politeness_key,
+    registered_domain,
+    resolve,
+    surt,
+    url_hash,
+    url_hashes,
+)
+
+CONFORMANCE = Path(__file__).resolve().parent.parent.parent / "shared" / "conformance"
+BASE = "http://example.org/foo/bar?q#f"
+
+
+# ------------------------------------------------------------------------------------------ resolve
+@pytest.mark.parametrize(("inp", "base", "want"), [
+    ("baz", BASE, "http://example.org/foo/baz"),
+    ("../x/./y", BASE, "http://example.org/x/y"),
+    ("/a/b/../../..", BASE, "http://example.org/"),
+    ("?z", BASE, "http://example.org/foo/bar?z"),
+    ("#g", BASE, "http://example.org/foo/bar?q#g"),
+    ("", BASE, "http://example.org/foo/bar?q"),
+    ("//other.com/p", BASE, "http://other.com/p"),
+    ("\\\\other.com\\p\\q", BASE, "http://other.com/p/q"),
+    ("https:other.com", BASE, "https://other.com/"),
+    ("http:rel", BASE, "http://example.org/foo/rel"),
+    ("  \x01http://EXAMPLE.com/a\tb\n ", None, "http://example.com/ab"),
+    ("HTTP://www.Bücher.de:80/", None, "http://www.xn--bcher-kva.de/"),
+    ("https://h:443/", None, "https://h/"),
+    ("http://h:8080", None, "http://h:8080/"),
+    ("http://0x7f.0.0.1/", None, "http://127.0.0.1/"),
+    ("http://2130706433/", None, "http://127.0.0.1/"),
+    ("http://0177.1/", None, "http://127.0.0.1/"),
+    ("http://[0:0:0:0:0:0:0:1]/", None, "http://[::1]/"),
+    ("http://[::ffff:192.168.0.1]/", None, "http://[::ffff:c0a8:1]/"),
+    ("http://h/a b\"<>`{}", None, "http://h/a%20b%22%3C%3E%60%7B%7D"),
+    ("http://h/?a b'\"", None, "http://h/?a%20b%27%22"),
+    ("http://h/#a b`", None, "http://h/#a%20b%60"),
+    ("http://h/é?é#é", None, "http://h/%C3%A9?%C3%A9#%C3%A9"),
+    ("http://u s:p@w@h/", None, "http://u%20s:p%40w@h/"),
+    ("http://h/%2e/a/.%2E/b", None, "http://h/b"),
+])
+def test_resolve(inp: str, base: str | None, want: str) -> None:
+    assert resolve(inp, base) == want
+
+
+@pytest.mark.parametrize(("inp", "base"), [
+    ("mailto:a@b.c", None), ("javascript:void(0)", BASE), ("ftp://h/", None), ("rel", None),
+    ("http://", None), ("http://h:99999/", None), ("http://h:8a/", None), ("http://:80/", None),
+    ("http://u@/", None), ("http://[::1/", None), ("http://a<b/", None), ("http://1.2.3.4.5/", None),
+    ("http://256.0.0.1/", None), ("http://xn--/", None), ("x", "mailto:a@b"),
+])
+def test_resolve_rejects(inp: str, base: str | None) -> None:
+    assert resolve(inp, base) is None
+
+
+def test_fast_path_agrees_with_full_parser() -> None:
+    """The regex fast path must give exactly what the full WHATWG parser gives."""
+    rng = random.Random(7)
+    pieces = ["a", "B", "0", "-", ".", "..", "%2e", "%41", "~", "x y", "é", "'", "`", "{", "|", "?", "#",
+              "/", "//", ";", "=", "&", ":", "@", "[", "^", "%"]
+    hosts = ["example.com", "Example.COM", "a-b.c", "1.2.3.4", "xn--bcher-kva.de", "h.0x1", "h", "ab.cd."]
+    for _ in range(3000):
+        tail = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 8)))
+        url = f"{rng.choice(['http', 'https'])}://{rng.choice(hosts)}{rng.choice(['', '/'])}{tail}"
+        full = parse(url)
+        assert resolve(url, None) == (None if full is None else full.serialize()), url
+
+
+def test_conformance_inputs_never_crash() -> None:
+    cases = json.loads((CONFORMANCE / "url_resolve_cases.json").read_text(encoding="utf-8"))
+    for c in cases:
+        out = resolve(c["input"], c["base"])
+        assert out is None or out.startswith(("http://", "https://"))
+
+
+# ------------------------------------------------------------------------------------- canonicalize
+@pytest.mark.parametrize(("url", "want"), [
+    ("HTTP://WWW.Example.COM", "http://www.example.com/"),
+    ("http://example.com:80/a#frag", "http://example.com/a"),
+    ("https://example.com:443/a/", "https://example.com/a/"),       # trailing slash kept
+    ("http://example.com/a/./b/../c", "http://example.com/a/c"),
+    ("http://example.com/%7euser/%2fx%2F%aa", "http://example.com/~user/%2Fx%2F%AA"),
+    ("http://example.com/?b=2&a=1&b=1", "http://example.com/?a=1&b=2&b=1"),  # stable by name
+    ("http://example.com/p?", "http://example.com/p"),
+    ("http://example.com/p?&&", "http://example.com/p"),
+    ("http://example.com/p?utm_source=x&UTM_Medium=y&gclid=1", "http://example.com/p"),
+    ("http://example.com/p?id=3&fbclid=z&sid=9", "http://example.com/p?id=3"),
+    ("http://bücher.de/ä", "http://xn--bcher-kva.de/%C3%A4"),
+    ("http://user:Pw@Example.com:8080/x", "http://user:Pw@example.com:8080/x"),
+    ("http://example.com/p?%61=%62%2B", "http://example.com/p?a=b%2B"),
+])
+def test_canonicalize(url: str, want: str) -> None:
+    assert canonicalize(url) == want
+    assert canonicalize(want) == want
+
+
+def test_canonicalize_rejects_non_http() -> None:
+    for url in ("ftp://h/x", "mailto:x@y", "relative/path", "http://h:bad/", ""):
+        assert canonicalize(url) is None
+
+
+def test_tracking_params_configurable() -> None:
+    url = "http://h/p?ref=abc&utm_source=x&a=1"
+    assert canonicalize(url, tracking_params=("REF",)) == "http://h/p?a=1&utm_source=x"
+    assert canonicalize(url, tracking_params=()) == "http://h/p?a=1&ref=abc&utm_source=x"
+
+
+def test_canonicalize_idempotent_over_varied_urls() -> None:
+    cases = json.loads((CONFORMANCE / "url_resolve_cases.json").read_text(encoding="utf-8"))
+    urls = [c["href"] for c in cases if c.get("href")] + [c["input"] for c in cases]
+    rng = random.Random(3)
+    for _ in range(2000):
+        urls.append("http://H.example/" + "".join(
+            rng.choice(["a", "%7E", "%7e", "%2f", "..", ".", "/", "?", "&", "=", "#", "é", " ", "%"])
+            for _ in range(rng.randint(0, 10))))
+    checked = 0
+    for u in urls:
+        once = canonicalize(u)
+        if once is None:
+            continue
+        checked += 1
+        assert canonicalize(once) == once, u
+        assert resolve(once, None) == once, u  # a canonical URL is also a WHATWG-serialised one
+    assert checked > 1500
+
+
+def test_canonicalize_many_matches_scalar_and_keeps_nulls() -> None:
+    urls = ["http://A.com/x?b=1&a=2", None, "mailto:x", "http://A.com/x?b=1&a=2", "https://b.org"]
+    out = canonicalize_many(urls)
+    assert out.type == pa.string()
+    assert out.to_pylist() == [canonicalize(u) if u is not None else None for u in urls]
+    chunked = pa.chunked_array([pa.array(urls[:2]), pa.array(urls[2:])])
+    assert canonicalize_many(chunked).to_pylist() == out.to_pylist()
+    assert canonicalize_many(pa.array(urls), tracking_params=("a",)).to_pylist()[0] == "http://a.com/x?b=1"
+
+
+def test_url_hashes() -> None:
+    urls = pa.array(["http://a.com/", None, "http://b.com/é"])
+    h = url_hashes(urls)
+    assert h.dtype == np.uint64
+    assert int(h[0]) == xxhash.xxh3_64_intdigest(b"http://a.com/") == url_hash("http://a.com/")
+    assert int(h[1]) == 0
+    assert int(h[2]) == xxhash.xxh3_64_intdigest("http://b.com/é".encode())
+    assert len(set(url_hashes(pa.array([f"http://h/{i}" for i in range(10_000)])).tolist())) == 10_000
+
+
+# ------------------------------------------------------------------------------- SURT, hosts, keys
+@pytest.mark.parametrize(("url", "want"), [
+    ("http://www.example.com/", "com,example)/"),
+    ("https://Example.com/Path/?B=2&a=1#x", "com,example)/path?a=1&b=2"),
+    ("http://www2.sub.example.co.uk:8080/a", "uk,co,example,sub:8080)/a"),
+    ("http://10.0.0.1/x", "10.0.0.1)/x"),
+    ("http://example.com", "com,example)/"),
+])
+def test_surt(url: str, want: str) -> None:
+    assert surt(url) == want
+
+
+def test_hosts_domains_politeness_keys() -> None:
+    assert host_of("http://User@WWW.Example.com:81/x") == "www.example.com"
+    assert host_of("https://EXAMPLE.com/") == "example.com"
+    assert host_of("nope") is None
+    assert registered_domain("a.b.example.co.uk") == "example.co.uk"
+    assert registered_domain("www.example.com") == "example.com"
+    assert registered_domain("localhost") == "localhost"
+    assert registered_domain("10.1.2.3") == "10.1.2.3"
+    url = "http://news.example.co.uk/p"
+    assert politeness_key(url, "host") == "news.example.co.uk"
+    assert politeness_key(url, "domain") == "example.co.uk"
+    assert politeness_key(url, "ip", {"news.example.co.uk": "192.0.2.7"}) == "192.0.2.7"
+    assert politeness_key(url, "ip") == "news.example.co.uk"
+    with pytest.raises(ValueError):
+        politeness_key(url, "planet")
+
+
+# --------------------------------------------------------------------------------------- filters
+CFG = CrawlConfig(max_url_length=80, max_depth=3, max_path_repeats=2, max_path_segments=6,
+                  max_query_params=3, allowed_hosts=r"(^|\.)example\.com$")
+
+
+@pytest.mark.parametrize(("url", "depth", "want"), [
+    ("http://example.com/a/b", 1, None),
+    ("ftp://example.com/a", 0, "bad_scheme"),
+    ("http://example.com/" + "x" * 80, 0, "too_long"),
+    ("http://example.com/a", 4, "too_deep"),
+    ("http://example.com/1/2/3/4/5/6/7", 0, "too_many_segments"),
+    ("http://example.com/a/a/a", 0, "repeated_segments"),
+    ("http://example.com/a/b/a/b/a/b", 0, "repeated_segments"),
+    ("http://example.com/a/b/a/b/a/b/c", 0, "too_many_segments"),
+    ("http://example.com/a/b/a/b/a", 0, "repeated_segments"),
+    ("http://example.com/x/y/x/z/x", 0, "repeated_segments"),
+    ("http://example.com/a/a", 0, None),
+    ("http://example.com/p?a=1&b=2&c=3&d=4", 0, "query_explosion"),
+    ("http://example.com/p?a=1&&b=2&c=3&", 0, None),
+    ("http://other.org/p", 0, "out_of_scope"),
+    ("http://sub.example.com:8080/p", 0, None),
+    ("http://u:p@evil.org/?h=example.com", 0, "out_of_scope"),
+])
+def test_filter_reason(url: str, depth: int, want: str | None) -> None:
+    assert filter_reason(url, depth, CFG) == want
+
+
+def test_repeated_segments_threshold_follows_config() -> None:
+    assert not has_repeated_segments("/a/b/a/b/a/b", 3)
+    assert has_repeated_segments("/a/b/a/b/a/b", 2)
+    assert not has_repeated_segments("/a/a/a/a", 0)  # 0 switches the rule off
+
+
+def test_filter_reasons_vectorised_matches_scalar() -> None:
+    rng = random.Random(11)
+    hosts = ["example.com", "sub.example.com", "other.org", "[::1]", "u:p@example.com:81", "EXAMPLE.com"]
+    segs = ["a", "b", "c", "", "x" * 20]
+    urls, depths = [], []
+    for _ in range(3000):
+        path = "/".join(rng.choice(segs) for _ in range(rng.randint(0, 9)))
+        query = "&".join(rng.choice(["a=1", "", "b", "c=2"]) for _ in range(rng.randint(0, 6)))
+        scheme = rng.choice(["http", "https", "https", "ftp"])
+        urls.append(f"{scheme}://{rng.choice(hosts)}/{path}" + (f"?{query}" if rng.random() < 0.5 else ""))
+        depths.append(rng.randint(0, 5))
+    got = filter_reasons(pa.array(urls), np.array(depths), CFG).to_pylist()
+    want = [filter_reason(u, d, CFG) for u, d in zip(urls, depths, strict=True)]
+    assert got == want
+    assert len(set(want)) == 8  # every reason and None occur, so the comparison means something
+    assert filter_reasons(pa.array([None], pa.string()), np.array([0]), CFG).to_pylist() == ["bad_scheme"]
