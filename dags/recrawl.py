@@ -1,0 +1,269 @@
+"""The ``recrawl`` DAG: one DAG run is one crawl round.
+
+inject → generate → fetch_parse → update → reprioritise → report
+
+Each task is a thin call into the engine (``crawl.round``); the engine steps are idempotent functions
+of (config, round, now), so Airflow's retries and manual clears are always safe. Tasks hand each other
+only small dicts (round number, counts) through XCom: pages, fetch lists and WARC data stay in the
+crawl root.
+
+Time. The round's logical time is the run's ``data_interval_end``: a scheduled run (or a backfill)
+replays the round at its own time. Manual runs in Airflow 3 have no logical date and no data interval,
+so they use the run's ``run_after`` (set once when the run is created), never the wall clock, so a
+retried task sees the same ``now`` as its first try.
+
+Why fetch_parse runs in a subprocess. fetch_parse is the one step that runs Dask work. Under the real
+LocalExecutor, a Dask ``LocalCluster`` with worker processes started from inside the task spawns
+nannies that re-run the ``airflow`` entry point and die ("Nanny failed to start"); functions from a
+DAG file cannot be unpickled on workers either. So the task starts ``python -m crawl step fetch_parse``
+as a plain Python child process: the embedded cluster's workers then only ever import ``crawl``, never
+Airflow, and the same command works with an external scheduler (``dask_address``). The other steps are
+cheap single-process work (DuckDB/Arrow) and run in the task itself.
+
+Configuration. Precedence is the engine's: defaults < ``CRAWL_*`` env < the run's params. Params left
+empty (null / "") mean "not given", so ``CRAWL_DASK_ADDRESS`` or ``CRAWL_ALLOWED_HOSTS`` set on the
+deployment still apply. The crawl root is ``CRAWL_ROOT``, default ``$AIRFLOW_HOME/crawldata``.
+
+Schedule. ``RECRAWL_SCHEDULE`` (cron or preset, default ``@hourly``; ``none`` = manual runs only).
+A scheduled run has no conf: it runs a round of the default crawl (``RECRAWL_CRAWL_ID``, default
+``demo``), injecting the default seeds (``RECRAWL_SEEDS_FILE``, default ``include/seeds/default.txt``)
+only if that crawl does not exist yet. A run whose conf gives ``seeds`` always injects them (the
+engine merges seeds into an existing crawl). ``max_active_runs=1``: two rounds never overlap.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import sys
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from airflow.sdk import Param, dag, get_current_context, task
+from airflow.sdk.exceptions import AirflowFailException
+
+from crawl.config import CRAWL_ID_RE
+
+log = logging.getLogger(__name__)
+
+REPO = Path(__file__).resolve().parent.parent
+DAG_ID = "recrawl"
+
+# Params whose value goes to load_config under another key (the form says "per host" next to the
+# per-round page budget, so it is the per-round host cap).
+PARAM_TO_CONFIG = {
+    "crawl_id": "crawl_id",
+    "max_pages": "max_pages",
+    "max_pages_per_host": "max_pages_per_host_per_round",
+    "politeness_delay_s": "politeness_delay_s",
+    "max_depth": "max_depth",
+    "coverage_share": "coverage_share",
+    "allowed_hosts": "allowed_hosts",
+    "dask_address": "dask_address",
+}
+
+
+def crawl_root() -> str:
+    """Where crawls live: ``CRAWL_ROOT``, else ``$AIRFLOW_HOME/crawldata``.
+
+    Not the engine's relative default ("crawldata"): task processes do not share a working directory
+    with the API server, and the plugin must read what the DAG wrote. plugins/crawl_api.py has the
+    same rule.
+    """
+    root = os.environ.get("CRAWL_ROOT")
+    if root:
+        return root
+    home = os.environ.get("AIRFLOW_HOME") or str(Path.home() / "airflow")
+    return str(Path(home) / "crawldata")
+
+
+def default_seeds() -> list[str]:
+    """Seeds for a new crawl started by the schedule: one URL a line, '#' comments."""
+    path = Path(os.environ.get("RECRAWL_SEEDS_FILE") or REPO / "include" / "seeds" / "default.txt")
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return ["https://example.com/"]
+    seeds = [s.strip() for s in lines if s.strip() and not s.lstrip().startswith("#")]
+    return seeds or ["https://example.com/"]
+
+
+def schedule_from_env() -> str | None:
+    value = os.environ.get("RECRAWL_SCHEDULE", "@hourly").strip()
+    return None if value.lower() in {"", "none", "manual"} else value
+
+
+def config_overrides(params: dict[str, Any]) -> dict[str, Any]:
+    """Map run params to load_config overrides; None and "" mean "not given"."""
+    overrides: dict[str, Any] = {"root": crawl_root()}
+    for name, key in PARAM_TO_CONFIG.items():
+        value = params.get(name)
+        if value is None or value == "":
+            continue
+        overrides[key] = value
+    return overrides
+
+
+def round_time(context: Any) -> datetime:
+    """The round's logical time: data_interval_end, else the manual run's run_after."""
+    for candidate in (context.get("data_interval_end"), getattr(context.get("dag_run"), "run_after", None),
+                      context.get("logical_date")):
+        if candidate is not None:
+            return candidate.astimezone(UTC)
+    return datetime.now(UTC)  # only outside a real run (e.g. a bare function call)
+
+
+def _cfg_and_now() -> tuple[Any, datetime, dict[str, Any]]:
+    from crawl.config import ConfigError, load_config
+
+    context = get_current_context()
+    params = dict(context["params"])
+    try:
+        cfg = load_config(overrides=config_overrides(params))
+    except ConfigError as exc:  # bad input does not get better with retries
+        raise AirflowFailException(f"invalid crawl config: {exc}") from exc
+    return cfg, round_time(context), context
+
+
+def run_step_subprocess(step: str, cfg: Any, round_no: int, now: datetime) -> dict[str, Any]:
+    """Run one engine step as ``python -m crawl step ...`` and return the JSON dict it prints last.
+
+    The child's stderr goes straight to this task's log; stdout's last line is the step's result.
+    """
+    cmd = [
+        sys.executable, "-m", "crawl", "step", step,
+        "--root", cfg.root, "--crawl-id", cfg.crawl_id, "--round", str(round_no),
+        "--now", now.isoformat(), "--config-json", cfg.to_json(),
+    ]
+    log.info("running %s", " ".join(cmd[:10]))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    proc = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, env=env, cwd=str(REPO),
+                          timeout=2 * cfg.round_duration_s + 600, check=False)
+    lines = [line for line in proc.stdout.splitlines() if line.strip()]
+    if proc.returncode != 0:
+        raise RuntimeError(f"crawl step {step} exited {proc.returncode}: {' | '.join(lines[-5:])}")
+    try:
+        return json.loads(lines[-1])
+    except (IndexError, json.JSONDecodeError) as exc:
+        raise RuntimeError(f"crawl step {step} printed no JSON result: {lines[-3:]}") from exc
+
+
+@dag(
+    dag_id=DAG_ID,
+    schedule=schedule_from_env(),
+    start_date=datetime(2026, 1, 1, tzinfo=UTC),
+    catchup=False,
+    max_active_runs=1,
+    doc_md=__doc__,
+    tags=["crawl"],
+    default_args={
+        "retries": 3,
+        "retry_delay": timedelta(seconds=30),
+        "retry_exponential_backoff": 2.0,
+        "max_retry_delay": timedelta(minutes=15),
+    },
+    params={
+        "crawl_id": Param(
+            os.environ.get("RECRAWL_CRAWL_ID", "demo"), type="string", pattern=CRAWL_ID_RE.pattern,
+            title="Crawl id", description="lowercase letters, digits, _ and -; one crawl root folder per id",
+        ),
+        "seeds": Param(
+            default_seeds(), type="array", minItems=1, items={"type": "string", "minLength": 1},
+            title="Seed URLs", description="http(s) URLs, one per line; injected when given or when the crawl is new",
+        ),
+        "max_pages": Param(None, type=["null", "integer"], minimum=1, title="Max pages per round",
+                           description="empty = config default"),
+        "max_pages_per_host": Param(None, type=["null", "integer"], minimum=0,
+                                    title="Max pages per host per round",
+                                    description="0 = derived from the round duration and the host delay; empty = config default"),
+        "politeness_delay_s": Param(None, type=["null", "number"], minimum=0,
+                                    title="Politeness delay (s)", description="between requests to one host"),
+        "max_depth": Param(None, type=["null", "integer"], minimum=0, title="Max depth (hops from a seed)"),
+        "coverage_share": Param(None, type=["null", "number"], minimum=0, maximum=1,
+                                title="Coverage share",
+                                description="share of the round budget for never-fetched URLs (0..1)"),
+        "allowed_hosts": Param("", type="string", title="Allowed hosts",
+                               description="regular expression on the host; empty = config default (any host)"),
+        "dask_address": Param("", type="string", title="Dask scheduler address",
+                              description="e.g. tcp://host:8786; empty = CRAWL_DASK_ADDRESS or an embedded LocalCluster"),
+    },
+)
+def recrawl() -> None:
+    @task
+    def inject() -> dict[str, Any]:
+        """Inject seeds when the run gives them or the crawl is new; otherwise a no-op."""
+        from crawl import api
+        from crawl import round as rnd
+        from crawl.errors import SeedError
+
+        cfg, now, context = _cfg_and_now()
+        conf = getattr(context.get("dag_run"), "conf", None) or {}
+        is_new = api.crawl_summary(cfg.root, cfg.crawl_id) is None
+        if "seeds" not in conf and not is_new:
+            return {"crawl_id": cfg.crawl_id, "injected": 0, "skipped": "existing crawl, no seeds given"}
+        try:
+            result = rnd.inject(cfg, list(context["params"]["seeds"]), now)
+        except SeedError as exc:  # names each bad seed; nothing was written; retrying cannot help
+            raise AirflowFailException(str(exc)) from exc
+        return {"crawl_id": cfg.crawl_id, "new_crawl": is_new, **_small(result)}
+
+    @task
+    def generate(_injected: dict[str, Any]) -> dict[str, Any]:
+        from crawl import round as rnd
+
+        cfg, now, _ = _cfg_and_now()
+        result = rnd.generate(cfg, now)
+        return {"round": int(result["round"]), "urls": int(result.get("urls", 0))}
+
+    @task
+    def fetch_parse(gen: dict[str, Any]) -> dict[str, Any]:
+        cfg, now, _ = _cfg_and_now()
+        result = run_step_subprocess("fetch_parse", cfg, gen["round"], now)
+        return {"round": gen["round"], **_small(result)}
+
+    @task
+    def update(fetched: dict[str, Any]) -> dict[str, Any]:
+        from crawl import round as rnd
+
+        cfg, now, _ = _cfg_and_now()
+        return {"round": fetched["round"], **_small(rnd.update(cfg, fetched["round"], now))}
+
+    @task
+    def reprioritise(updated: dict[str, Any]) -> dict[str, Any]:
+        from crawl import round as rnd
+
+        cfg, now, _ = _cfg_and_now()
+        return {"round": updated["round"], **_small(rnd.reprioritise(cfg, updated["round"], now))}
+
+    @task
+    def report(prioritised: dict[str, Any]) -> dict[str, Any]:
+        """Publish the round (the engine's atomic commit) and return its summary stats."""
+        from crawl import round as rnd
+
+        cfg, _, _ = _cfg_and_now()
+        stats = rnd.publish(cfg, prioritised["round"])
+        log.info("crawl %s round %s published: %s", cfg.crawl_id, prioritised["round"], stats)
+        return {"crawl_id": cfg.crawl_id, "round": prioritised["round"], **_small(stats)}
+
+    report(reprioritise(update(fetch_parse(generate(inject())))))
+
+
+def _small(result: Any, limit: int = 20) -> dict[str, Any]:
+    """Keep XCom small: scalars, and short lists only (never page data)."""
+    if not isinstance(result, dict):
+        return {}
+    out: dict[str, Any] = {}
+    for key, value in result.items():
+        if isinstance(value, (str, int, float, bool)) or value is None:
+            out[key] = value
+        elif isinstance(value, (list, tuple)) and len(value) <= limit:
+            out[key] = list(value)
+        elif isinstance(value, dict) and len(value) <= limit:
+            out[key] = _small(value, limit)
+    return json.loads(json.dumps(out, default=str))
+
+
+recrawl()

@@ -1,0 +1,179 @@
+"""Helpers that give tests a private Airflow: settings in env before Airflow is imported, a migrated
+metadata DB, and a real ``airflow standalone`` started and stopped by PID.
+
+Airflow reads its configuration once, on first import, so :func:`configure_env` must run before any
+``import airflow`` in the test process (the test modules call it at import time, before they import
+anything from Airflow or the DAG).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+VENV_BIN = Path(sys.executable).parent
+TEST_USER = "crawltester"
+TEST_PASSWORD = "crawl-test-pw"
+
+_HOME: Path | None = None
+
+
+def airflow_env(home: Path) -> dict[str, str]:
+    """The Airflow settings every test process and server uses (small, fast, isolated)."""
+    return {
+        "AIRFLOW_HOME": str(home),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "dags"),
+        "AIRFLOW__CORE__PLUGINS_FOLDER": str(REPO / "plugins"),
+        "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
+        "AIRFLOW__CORE__PARALLELISM": "4",
+        "AIRFLOW__CORE__UNIT_TEST_MODE": "False",
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home}/airflow.db",
+        "AIRFLOW__LOGGING__BASE_LOG_FOLDER": str(home / "logs"),
+        "RECRAWL_SCHEDULE": "none",
+        # the DAG, the plugin and `python -m crawl` import the engine from the checkout
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+    }
+
+
+def configure_env() -> Path:
+    """Point this process at a private AIRFLOW_HOME (once per process) and return it."""
+    global _HOME
+    if _HOME is None:
+        if "airflow" in sys.modules:
+            raise RuntimeError("airflow was imported before configure_env(); its settings are already fixed")
+        _HOME = Path(tempfile.mkdtemp(prefix="airflow-test-"))
+        os.environ.update(airflow_env(_HOME))
+        if str(REPO) not in sys.path:
+            sys.path.insert(0, str(REPO))
+    return _HOME
+
+
+def init_db() -> None:
+    """Migrate the private SQLite metadata DB (~3 s); needed by dag.test()."""
+    configure_env()
+    from airflow.utils import db
+
+    db.initdb()
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@dataclass
+class AirflowServer:
+    """A running ``airflow standalone`` (api-server, scheduler, dag-processor, triggerer)."""
+
+    home: Path
+    port: int
+    proc: subprocess.Popen
+    log_path: Path
+    extra_env: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def request(self, method: str, path: str, body: object | None = None, token: str | None = None,
+                timeout: float = 30.0) -> tuple[int, bytes, dict[str, str]]:
+        """One HTTP call; returns (status, body, headers) also for 4xx/5xx."""
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(self.url + path, data=data, method=method)
+        if data is not None:
+            req.add_header("Content-Type", "application/json")
+        if token:
+            req.add_header("Authorization", f"Bearer {token}")
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as resp:
+                return resp.status, resp.read(), dict(resp.headers)
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read(), dict(exc.headers)
+
+    def token(self, username: str = TEST_USER, password: str = TEST_PASSWORD) -> str:
+        status, body, _ = self.request("POST", "/auth/token", {"username": username, "password": password})
+        assert status in (200, 201), f"token: {status} {body[:300]!r}"
+        return json.loads(body)["access_token"]
+
+    def log_tail(self, n: int = 60) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
+        except OSError:
+            return ""
+
+    def stop(self, timeout: float = 45.0) -> None:
+        """SIGINT to the process group we started (all components stop), SIGKILL after the timeout."""
+        if self.proc.poll() is not None:
+            return
+        pgid = self.proc.pid  # started with start_new_session: its own group, id = its pid
+        os.killpg(pgid, signal.SIGINT)
+        try:
+            self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(pgid, signal.SIGKILL)
+            self.proc.wait(timeout=10)
+        # components that outlived the parent are still in our group
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def start_standalone(home: Path, extra_env: dict[str, str] | None = None, ready_timeout: float = 180.0) -> AirflowServer:
+    """Start ``airflow standalone`` in its own process group with a fixed test user.
+
+    Own session/process group: airflow standalone stops all its components on SIGINT to the group
+    (a SIGTERM to the parent alone would orphan them); stop() signals exactly that group.
+    """
+    home.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    passwords = home / "test_passwords.json"
+    passwords.write_text(json.dumps({TEST_USER: TEST_PASSWORD}))
+    env = {
+        **os.environ,
+        **airflow_env(home),
+        "AIRFLOW__API__PORT": str(port),
+        "AIRFLOW__API__HOST": "127.0.0.1",
+        "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{port}",
+        "AIRFLOW__API__WORKERS": "1",
+        "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/",
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{TEST_USER}:admin",
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(passwords),
+        "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
+        "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "1",
+        "AIRFLOW__SCHEDULER__ENABLE_HEALTH_CHECK": "False",
+        "AIRFLOW__SCHEDULER__STANDALONE_DAG_PROCESSOR": "True",
+        "AIRFLOW__TRIGGERER__CAPACITY": "10",
+        **(extra_env or {}),
+    }
+    log_path = home / "standalone.log"
+    log = open(log_path, "wb")  # noqa: SIM115 - lives as long as the server
+    proc = subprocess.Popen([str(VENV_BIN / "airflow"), "standalone"], cwd=str(home), env=env,
+                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    server = AirflowServer(home=home, port=port, proc=proc, log_path=log_path, extra_env=extra_env or {})
+    deadline = time.monotonic() + ready_timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"airflow standalone exited {proc.returncode}:\n{server.log_tail()}")
+        try:
+            status, _, _ = server.request("GET", "/api/v2/monitor/health", timeout=3)
+            if status == 200:
+                return server
+        except OSError:
+            pass
+        time.sleep(1.0)
+    server.stop()
+    raise RuntimeError(f"airflow standalone not healthy after {ready_timeout}s:\n{server.log_tail()}")
