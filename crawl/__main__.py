@@ -1,0 +1,3 @@
+from crawl.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,73 @@
+"""Read-side functions for the HTTP API and the CLI: crawl summaries and stored-copy lookup."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from crawl import query
+from crawl.store import Store
+from crawl.urls import canonicalize
+from crawl.warc import read_record
+
+
+def list_crawls(root: str) -> list[str]:
+    store = Store(root, "_")
+    return sorted(p.rsplit("crawl=", 1)[1] for p in store.ls("state") if "crawl=" in p)
+
+
+def crawl_summary(root: str, crawl_id: str) -> dict[str, Any] | None:
+    """Counts over the current CrawlDb plus the last round's manifest; None for an unknown crawl."""
+    store = Store(root, crawl_id)
+    if not store.ls(store.state()):
+        return None
+    current = store.current_round()
+    out: dict[str, Any] = {"crawl_id": crawl_id, "last_round": current, "last_round_stats": None,
+                           "known": 0, "fetched": 0, "queued": 0, "failed": 0, "gone": 0, "duplicates": 0,
+                           "robots_denied": 0, "status": {}}
+    if current == 0:
+        return out
+    con = query.connect(root, crawl_id)
+    row = con.execute("""
+        SELECT count(*) AS known,
+               count(*) FILTER (WHERE status IN ('fetched', 'not_modified')) AS fetched,
+               count(*) FILTER (WHERE status IN ('unfetched', 'deferred')) AS queued,
+               count(*) FILTER (WHERE status IN ('retry', 'http_error')) AS failed,
+               count(*) FILTER (WHERE status = 'gone') AS gone,
+               count(*) FILTER (WHERE status IN ('duplicate', 'near_duplicate')) AS duplicates,
+               count(*) FILTER (WHERE status = 'robots_denied') AS robots_denied
+        FROM crawldb
+    """).fetchone()
+    out.update(dict(zip(["known", "fetched", "queued", "failed", "gone", "duplicates", "robots_denied"],
+                        (int(v) for v in row), strict=True)))
+    out["status"] = dict(con.execute("SELECT status, count(*) FROM crawldb GROUP BY 1 ORDER BY 1").fetchall())
+    out["last_round_stats"] = store.read_json(store.round_dir(current, "manifest.json"))
+    return out
+
+
+def lookup(root: str, crawl_id: str, url: str) -> dict[str, Any] | None:
+    """The latest capture of ``url`` (canonicalised) in the page index; None when never captured."""
+    canon = canonicalize(url)
+    if canon is None:
+        raise ValueError(f"not an http(s) URL: {url!r}")
+    con = query.connect(root, crawl_id)
+    rel = con.execute("""
+        SELECT url, url_surtkey, fetch_time, fetch_status, crawl_status, content_digest, content_mime_type,
+               content_charset, content_truncated, duplicate_of, warc_type, warc_filename,
+               warc_record_offset, warc_record_length, round, subset
+        FROM pages WHERE url = ? AND subset <> 'robotstxt'
+        ORDER BY fetch_time DESC LIMIT 1
+    """, [canon])
+    row = rel.fetchone()
+    if row is None:
+        return None
+    cols = [d[0] for d in rel.description]
+    rec = dict(zip(cols, row, strict=True))
+    rec["fetch_time"] = rec["fetch_time"].isoformat() if rec["fetch_time"] else None
+    return rec
+
+
+def read_body(root: str, capture: dict[str, Any]) -> bytes:
+    """The stored payload of a capture (for a revisit: the payload of the record it refers to)."""
+    rec = read_record(root, capture["warc_filename"], int(capture["warc_record_offset"]),
+                      int(capture["warc_record_length"]))
+    return rec.payload

@@ -1,0 +1,199 @@
+"""``python -m crawl …`` (also installed as ``crawl``): inject, round, run, stats, query, lookup, step.
+
+Configuration is one typed object (:mod:`crawl.config`): ``--config FILE`` (YAML) < ``CRAWL_*`` env <
+flags. An invalid value exits with status 2 and a message naming the key; bad seeds exit with
+status 2 and list every bad seed, and nothing is written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from datetime import UTC, datetime
+from typing import Any
+
+from crawl.config import ConfigError, CrawlConfig, load_config
+from crawl.errors import SeedError
+
+STEPS = ("inject", "generate", "fetch_parse", "update", "reprioritise", "publish")
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--root", help="crawl root: a folder or an fsspec URL (default: crawldata)")
+    p.add_argument("--crawl-id", help="crawl name (default: demo)")
+    p.add_argument("--config", help="YAML config file (keys as in include/config/crawl.yaml)")
+    p.add_argument("--resolve", action="append", metavar="PATTERN=IP:PORT",
+                   help="send connections for matching hosts to IP:PORT (like curl --connect-to); repeatable")
+    p.add_argument("--delay", type=float, help="per-host politeness delay in seconds")
+    p.add_argument("--max-pages", type=int, help="fetch budget per round")
+    p.add_argument("--partitions", type=int, help="fetch-list partitions per round")
+    p.add_argument("--dask-address", help="Dask scheduler address (empty: embedded LocalCluster)")
+    p.add_argument("--workers", type=int, help="workers of the embedded LocalCluster")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="any config key; repeatable")
+    p.add_argument("--config-json", help="a whole config as JSON (used by the Airflow layer)")
+
+
+def build_config(args: argparse.Namespace) -> CrawlConfig:
+    overrides: dict[str, Any] = {}
+    if getattr(args, "config_json", None):
+        overrides.update(json.loads(args.config_json))
+    for item in args.set:
+        if "=" not in item:
+            raise ConfigError(f"--set: expected KEY=VALUE, got {item!r}")
+        k, v = item.split("=", 1)
+        overrides[k.strip()] = v
+    overrides.update({
+        "root": args.root, "crawl_id": args.crawl_id, "politeness_delay_s": args.delay,
+        "max_pages": args.max_pages, "partitions": args.partitions, "dask_address": args.dask_address,
+        "dask_workers": args.workers, "resolve": args.resolve,
+    })
+    return load_config(args.config, overrides)
+
+
+def _now(value: str | None) -> datetime:
+    if not value:
+        return datetime.now(UTC)
+    dt = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    return dt if dt.tzinfo else dt.replace(tzinfo=UTC)
+
+
+def _progress(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="crawl", description="Polite, deduplicated batch recrawl rounds on Dask.")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+
+    p = sub.add_parser("inject", help="queue seed URLs for the next round")
+    _common(p)
+    p.add_argument("--seeds", nargs="+", required=True)
+
+    p = sub.add_parser("round", help="run one round (inject seeds first if given)")
+    _common(p)
+    p.add_argument("--seeds", nargs="*")
+    p.add_argument("--now", help="the round's time (ISO 8601; default: now)")
+
+    p = sub.add_parser("run", help="run N rounds")
+    _common(p)
+    p.add_argument("--seeds", nargs="*")
+    p.add_argument("--rounds", type=int, default=1)
+    p.add_argument("--now", help="time of the first round (ISO 8601; default: now)")
+
+    p = sub.add_parser("stats", help="crawl summary (JSON)")
+    _common(p)
+
+    p = sub.add_parser("query", help="run a named query (include/sql) or SQL over the views pages, crawldb, links, text")
+    _common(p)
+    p.add_argument("sql", nargs="?", default="summary")
+    p.add_argument("--json", action="store_true")
+
+    p = sub.add_parser("lookup", help="where is the stored copy of URL (WARC file, offset, length)")
+    _common(p)
+    p.add_argument("url")
+    p.add_argument("--body", action="store_true", help="write the stored body to stdout")
+
+    p = sub.add_parser("step", help="run one step of a round (the Airflow DAG calls this)")
+    _common(p)
+    p.add_argument("name", choices=STEPS)
+    p.add_argument("--round", type=int)
+    p.add_argument("--now")
+    p.add_argument("--seeds", nargs="*")
+
+    args = ap.parse_args(argv)
+    try:
+        cfg = build_config(args)
+        return _dispatch(args, cfg)
+    except (ConfigError, SeedError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+def _dispatch(args: argparse.Namespace, cfg: CrawlConfig) -> int:
+    from crawl import api, query
+    from crawl import round as rnd
+
+    if args.cmd == "inject":
+        print(json.dumps(rnd.inject(cfg, args.seeds)))
+    elif args.cmd == "round":
+        summary = rnd.run_round(cfg, args.seeds, _now(args.now), progress=_progress)
+        print(json.dumps(summary, default=str))
+    elif args.cmd == "run":
+        _run(cfg, args)
+    elif args.cmd == "stats":
+        print(json.dumps(api.crawl_summary(cfg.root, cfg.crawl_id), indent=2, default=str))
+    elif args.cmd == "query":
+        try:
+            table = query.run(cfg.root, cfg.crawl_id, args.sql)
+        except ValueError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        print(json.dumps(table.to_pylist(), default=str) if args.json else query.format_table(table))
+    elif args.cmd == "lookup":
+        try:
+            cap = api.lookup(cfg.root, cfg.crawl_id, args.url)
+        except ValueError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        if cap is None:
+            print(f"not captured: {args.url}", file=sys.stderr)
+            return 1
+        if args.body:
+            sys.stdout.buffer.write(api.read_body(cfg.root, cap))
+        else:
+            print(json.dumps(cap, indent=2, default=str))
+    elif args.cmd == "step":
+        print(json.dumps(_step(cfg, args), default=str))
+    return 0
+
+
+def _step(cfg: CrawlConfig, args: argparse.Namespace) -> dict[str, Any]:
+    from crawl import round as rnd
+
+    now = _now(args.now)
+    if args.name == "inject":
+        return rnd.inject(cfg, args.seeds or [], now)
+    if args.name == "generate":
+        return rnd.generate(cfg, now)
+    if args.round is None:
+        raise ConfigError(f"step {args.name}: --round is required")
+    if args.name == "fetch_parse":
+        out = rnd.fetch_parse(cfg, args.round, now, progress=_progress)
+        out.pop("per_partition", None)
+        return out
+    if args.name == "update":
+        return rnd.update(cfg, args.round, now)
+    if args.name == "reprioritise":
+        return rnd.reprioritise(cfg, args.round, now)
+    return rnd.publish(cfg, args.round)
+
+
+def _run(cfg: CrawlConfig, args: argparse.Namespace) -> None:
+    from datetime import timedelta
+
+    from crawl import round as rnd
+    from crawl.cluster import dask_client
+
+    start = _now(args.now) if args.now else None
+    totals = {"fetched": 0, "new_urls": 0, "duplicates": 0, "near_duplicates": 0, "errors": 0, "seconds": 0.0}
+    with dask_client(cfg) as client:
+        for i in range(args.rounds):
+            now = (start + timedelta(seconds=i * cfg.round_duration_s)) if start else datetime.now(UTC)
+            summary = rnd.run_round(cfg, args.seeds if i == 0 else None, now, progress=_progress, client=client)
+            fp, up = summary["fetch_parse"], summary["update"]
+            totals["fetched"] += fp.get("fetched", 0)
+            totals["seconds"] += fp.get("seconds", 0.0)
+            totals["new_urls"] += up.get("new_urls", 0)
+            totals["duplicates"] += up.get("duplicates", 0)
+            totals["near_duplicates"] += up.get("near_duplicates", 0)
+            st = up.get("status", {})
+            totals["errors"] += sum(st.get(s, 0) for s in ("retry", "http_error", "gone"))
+    rate = totals["fetched"] / totals["seconds"] if totals["seconds"] else 0.0
+    print(f"summary: {args.rounds} round(s), {totals['fetched']} fetched, {totals['new_urls']} new URLs, "
+          f"{totals['duplicates']} duplicates, {totals['near_duplicates']} near-duplicates, "
+          f"{totals['errors']} errors, {rate:.1f} pages/s (fetch+parse)")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,102 @@
+"""The CrawlDb: one row per known canonical URL, versioned per round, sharded by URL hash.
+
+Nutch's CrawlDb, as Parquet: round N reads version N-1 and writes version N; nothing is updated in
+place. Rows carry what generate needs (status, next_fetch_time, priority, host, depth), what a
+conditional GET needs (etag, last_modified) and the change history the freshness model learns from
+(check/change counts, last change time).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from crawl.records import TS
+from crawl.store import Store
+
+# CrawlDb status values (fetch statuses from records.py plus these)
+UNFETCHED = "unfetched"
+DUPLICATE = "duplicate"            # exact payload duplicate of duplicate_of
+NEAR_DUPLICATE = "near_duplicate"  # SimHash within k of duplicate_of
+
+CRAWLDB_SCHEMA = pa.schema([
+    ("url", pa.string()),
+    ("url_hash", pa.uint64()),
+    ("host", pa.string()),
+    ("pkey", pa.string()),               # politeness key (host, domain or ip)
+    ("depth", pa.int32()),
+    ("discovered_round", pa.int32()),
+    ("source", pa.string()),             # seed | link | redirect | sitemap
+    ("status", pa.string()),
+    ("http_status", pa.int32()),
+    ("fetch_time", TS),                  # last attempt
+    ("last_success_time", TS),           # last 2xx/304
+    ("first_fetch_time", TS),
+    ("fetch_count", pa.int32()),         # attempts
+    ("check_count", pa.int32()),         # successful re-checks that compared content (2xx/304 after the first)
+    ("change_count", pa.int32()),        # re-checks that saw a real change
+    ("last_change_time", TS),
+    ("retry_count", pa.int32()),         # consecutive transient failures
+    ("next_fetch_time", TS),
+    ("priority", pa.float64()),
+    ("payload_digest", pa.string()),
+    ("text_digest", pa.string()),
+    ("simhash", pa.int64()),
+    ("etag", pa.string()),
+    ("last_modified", pa.string()),
+    ("duplicate_of", pa.string()),
+    ("redirect_to", pa.string()),
+    ("inlinks", pa.int32()),
+    ("importance", pa.float64()),
+    ("change_rate", pa.float64()),       # estimated changes per day
+    ("sitemap_lastmod", TS),
+    ("sitemap_changefreq", pa.string()),
+    ("round", pa.int32()),               # round that last touched the row
+])
+
+
+def shard_of(url_hash: np.ndarray | pa.Array, shards: int) -> np.ndarray:
+    h = url_hash.to_numpy(zero_copy_only=False) if isinstance(url_hash, pa.ChunkedArray | pa.Array) else url_hash
+    return (np.asarray(h, dtype=np.uint64) % np.uint64(shards)).astype(np.int64)
+
+
+def shard_path(store: Store, version: int, shard: int) -> str:
+    return f"{store.crawldb_dir(version)}/shard={shard:02d}.parquet"
+
+
+def read(store: Store, version: int, shards: int, columns: list[str] | None = None) -> pa.Table:
+    """The whole CrawlDb at ``version`` (empty before the first round)."""
+    if version <= 0:
+        table = CRAWLDB_SCHEMA.empty_table()
+        return table.select(columns) if columns else table
+    tables = []
+    for s in range(shards):
+        t = store.read_table(shard_path(store, version, s), CRAWLDB_SCHEMA)
+        tables.append(t.select(columns) if columns else t)
+    return pa.concat_tables(tables)
+
+
+def write(store: Store, version: int, shards: int, table: pa.Table) -> list[str]:
+    """Write ``table`` as ``shards`` files sorted by url_hash (deterministic bytes for equal input)."""
+    table = conform(table)
+    sh = shard_of(table.column("url_hash"), shards)
+    paths = []
+    for s in range(shards):
+        part = table.filter(pa.array(sh == s))
+        part = part.take(pc.sort_indices(part, sort_keys=[("url_hash", "ascending")]))
+        path = shard_path(store, version, s)
+        store.write_table(path, part)
+        paths.append(path)
+    return paths
+
+
+def conform(table: pa.Table) -> pa.Table:
+    """Reorder/cast to CRAWLDB_SCHEMA, filling missing columns with nulls."""
+    cols = []
+    for f in CRAWLDB_SCHEMA:
+        if f.name in table.column_names:
+            cols.append(table.column(f.name).cast(f.type))
+        else:
+            cols.append(pa.nulls(table.num_rows, f.type))
+    return pa.Table.from_arrays(cols, schema=CRAWLDB_SCHEMA)

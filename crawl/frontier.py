@@ -1,0 +1,118 @@
+"""Generate: choose this round's URLs and cut them into host-whole fetch-list partitions.
+
+Selection runs in DuckDB over the Arrow CrawlDb (no Python loop per URL):
+1. candidates are URLs due now (``next_fetch_time <= now``) plus seeds injected for this round;
+2. each host keeps at most its per-round cap, best priority first -- the cap comes from politeness:
+   a host with delay d can take at most ``round_duration_s / d`` fetches in a round;
+3. a ``coverage_share`` of the budget is reserved for never-fetched URLs (discovery never starves),
+   the rest goes to re-fetches by priority; whatever one pool leaves unused flows to the other;
+4. partitions are assigned by a stable hash of the politeness key, so a host is never split and its
+   politeness is owned by exactly one task.
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import xxhash
+
+from crawl.config import CrawlConfig
+from crawl.records import FETCHLIST_SCHEMA
+
+
+def host_cap(cfg: CrawlConfig, delay_s: float | None = None) -> int:
+    """Per-host fetches allowed in one round."""
+    if cfg.max_pages_per_host_per_round > 0:
+        return cfg.max_pages_per_host_per_round
+    delay = max(cfg.politeness_delay_s, delay_s or 0.0)
+    if delay <= 0:
+        return cfg.max_pages
+    return max(1, math.floor(cfg.round_duration_s / delay))
+
+
+def partition_of(keys: pa.Array | list[str], partitions: int) -> np.ndarray:
+    """Stable partition number per politeness key (xxh3, independent of process and library versions)."""
+    values = keys.to_pylist() if isinstance(keys, pa.Array | pa.ChunkedArray) else keys
+    cache: dict[str, int] = {}
+    out = np.empty(len(values), dtype=np.int32)
+    for i, k in enumerate(values):  # one hash per distinct host, not per URL
+        p = cache.get(k)
+        if p is None:
+            p = cache[k] = xxhash.xxh3_64_intdigest((k or "").encode()) % partitions
+        out[i] = p
+    return out
+
+
+def select(cfg: CrawlConfig, candidates: pa.Table, now: datetime, host_delays: pa.Table | None = None) -> pa.Table:
+    """Pick this round's fetch list from ``candidates`` (CrawlDb-shaped rows, due or injected).
+
+    ``host_delays`` (host, delay_s) lets known robots Crawl-delays lower a host's cap.
+    """
+    con = duckdb.connect()
+    con.register("cand", candidates)
+    default_cap = host_cap(cfg)
+    if host_delays is not None and host_delays.num_rows:
+        caps = pa.array([host_cap(cfg, x) for x in host_delays.column("delay_s").to_pylist()], pa.int64())
+        con.register("delays", host_delays.select(["host"]).append_column("cap", caps))
+        cap_expr = "COALESCE(d.cap, $default_cap)"
+        join = "LEFT JOIN delays d USING (host)"
+    else:
+        cap_expr, join = "$default_cap", ""
+    budget = cfg.max_pages
+    cov_budget = round(cfg.coverage_share * budget)
+    sql = f"""
+    WITH c AS (
+        SELECT cand.*, (COALESCE(fetch_count, 0) = 0) AS fresh, {cap_expr} AS cap
+        FROM cand {join}
+        WHERE next_fetch_time IS NULL OR next_fetch_time <= $now
+    ),
+    capped AS (
+        SELECT * FROM (
+            SELECT *, row_number() OVER (PARTITION BY host ORDER BY priority DESC NULLS LAST, url_hash) AS host_rank
+            FROM c
+        ) WHERE host_rank <= cap
+    ),
+    pools AS (
+        SELECT *, row_number() OVER (PARTITION BY fresh ORDER BY priority DESC NULLS LAST, url_hash) AS pool_rank
+        FROM capped
+    ),
+    counts AS (
+        SELECT count(*) FILTER (WHERE fresh) AS n_fresh, count(*) FILTER (WHERE NOT fresh) AS n_old FROM pools
+    ),
+    quota AS (
+        SELECT
+          least(n_fresh, $cov + greatest(0, ($budget - $cov) - n_old)) AS q_fresh,
+          least(n_old, ($budget - $cov) + greatest(0, $cov - n_fresh)) AS q_old
+        FROM counts
+    )
+    SELECT url, url_hash, host, pkey, depth, priority, etag, last_modified, payload_digest AS prev_digest, fresh
+    FROM pools, quota
+    WHERE (fresh AND pool_rank <= q_fresh) OR (NOT fresh AND pool_rank <= q_old)
+    ORDER BY host, priority DESC NULLS LAST, url_hash
+    """
+    params = {"now": now, "default_cap": default_cap, "budget": budget, "cov": cov_budget}
+    return con.sql(sql, params=params).to_arrow_table()
+
+
+def split(cfg: CrawlConfig, selected: pa.Table) -> list[pa.Table]:
+    """Cut the selection into ``cfg.partitions`` fetch lists, whole hosts per partition."""
+    keys = selected.column("pkey") if "pkey" in selected.column_names else selected.column("host")
+    parts = partition_of(keys, cfg.partitions)
+    out = []
+    for k in range(cfg.partitions):
+        t = selected.filter(pa.array(parts == k))
+        out.append(pa.Table.from_arrays(
+            [t.column(f.name).cast(f.type) if f.name in t.column_names else pa.nulls(t.num_rows, f.type)
+             for f in FETCHLIST_SCHEMA],
+            schema=FETCHLIST_SCHEMA,
+        ))
+    return out
+
+
+def fresh_count(selected: pa.Table) -> int:
+    return int(pc.sum(selected.column("fresh").cast(pa.int64())).as_py() or 0) if selected.num_rows else 0

@@ -1,0 +1,184 @@
+"""The outputs users query: page index (Common Crawl's columnar index names), text, link graph.
+
+Column names and meanings follow Common Crawl's columnar URL index so its DuckDB/Athena/Spark
+recipes run unchanged on our output; ours are appended after them. Files are written per fetch
+partition at deterministic paths (``index/crawl=ID/subset=SUB/round=N-part=K.parquet``), so a rerun of
+the round overwrites them, and DuckDB reads the tree with ``hive_partitioning``.
+"""
+
+from __future__ import annotations
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from crawl.config import CrawlConfig
+from crawl.store import Store
+from crawl.urls import registered_domain, surt
+
+INDEX_SCHEMA = pa.schema([
+    ("url_surtkey", pa.string()),
+    ("url", pa.string()),
+    ("url_host_name", pa.string()),
+    ("url_host_tld", pa.string()),
+    ("url_host_registered_domain", pa.string()),
+    ("url_protocol", pa.string()),
+    ("url_port", pa.int32()),
+    ("url_path", pa.string()),
+    ("url_query", pa.string()),
+    ("fetch_time", pa.timestamp("ms", tz="UTC")),
+    ("fetch_status", pa.int16()),
+    ("fetch_redirect", pa.string()),
+    ("content_digest", pa.string()),
+    ("content_mime_type", pa.string()),
+    ("content_mime_detected", pa.string()),
+    ("content_charset", pa.string()),
+    ("content_languages", pa.string()),
+    ("content_truncated", pa.string()),
+    ("warc_filename", pa.string()),
+    ("warc_record_offset", pa.int64()),
+    ("warc_record_length", pa.int64()),
+    ("warc_segment", pa.string()),
+    # ours
+    ("url_hash", pa.uint64()),
+    ("crawl_status", pa.string()),
+    ("warc_type", pa.string()),
+    ("simhash", pa.int64()),
+    ("duplicate_of", pa.string()),
+    ("depth", pa.int32()),
+    ("round", pa.int32()),
+    ("text_length", pa.int32()),
+    ("outlink_count", pa.int32()),
+    ("changed", pa.bool_()),
+])
+
+TEXT_SCHEMA = pa.schema([
+    ("url", pa.string()),
+    ("url_hash", pa.uint64()),
+    ("fetch_time", pa.timestamp("ms", tz="UTC")),
+    ("content_digest", pa.string()),
+    ("title", pa.string()),
+    ("text", pa.string()),
+    ("text_length", pa.int32()),
+    ("content_languages", pa.string()),
+    ("round", pa.int32()),
+])
+
+LINKS_SCHEMA = pa.schema([
+    ("from_hash", pa.uint64()),
+    ("to_hash", pa.uint64()),
+    ("to_url", pa.string()),
+    ("kind", pa.string()),
+    ("round", pa.int32()),
+])
+
+_URL_RE = r"^(?P<proto>[a-zA-Z][a-zA-Z0-9+.-]*)://(?P<host>[^/:?#]*)(?::(?P<port>\d*))?(?P<path>[^?#]*)(?:\?(?P<query>[^#]*))?"
+
+
+def hosts_of(urls: pa.Array) -> pa.Array:
+    parts = pc.extract_regex(urls, _URL_RE)
+    return pc.utf8_lower(pc.struct_field(parts, "host"))
+
+
+def _split_url(urls: pa.Array) -> dict[str, pa.Array]:
+    parts = pc.extract_regex(urls, _URL_RE)
+    host = pc.utf8_lower(pc.struct_field(parts, "host"))
+    port_s = pc.struct_field(parts, "port")
+    port = pc.if_else(pc.equal(port_s, ""), pa.scalar(None, pa.string()), port_s).cast(pa.int32())
+    path = pc.struct_field(parts, "path")
+    path = pc.if_else(pc.equal(path, ""), "/", path)
+    hosts = host.to_pylist()
+    uniq = {h: (registered_domain(h) if h else None) for h in set(hosts)}
+    return {
+        "url_protocol": pc.utf8_lower(pc.struct_field(parts, "proto")),
+        "url_host_name": host,
+        "url_port": port,
+        "url_path": path,
+        "url_query": pc.struct_field(parts, "query"),
+        "url_host_registered_domain": pa.array([uniq[h] for h in hosts], pa.string()),
+        "url_host_tld": pa.array([h.rsplit(".", 1)[-1] if h else None for h in hosts], pa.string()),
+    }
+
+
+def build_index(fetched: pa.Table, pages: pa.Table, dup_info: pa.Table, round_no: int) -> pa.Table:
+    """Index rows for every fetch attempt that left a WARC record."""
+    con = duckdb.connect()
+    con.register("f", fetched.filter(pc.is_valid(fetched.column("warc_filename"))))
+    con.register("p", pages)
+    con.register("d", dup_info)
+    t = con.sql("""
+        SELECT f.url, f.url_hash, f.fetch_time, f.http_status, f.redirect_location, f.payload_digest,
+               lower(trim(split_part(f.content_type, ';', 1))) AS content_mime_type,
+               p.content_mime_detected, p.content_charset, p.content_languages, f.truncated,
+               f.warc_filename, f.warc_record_offset, f.warc_record_length, f.status, f.warc_type,
+               p.simhash, d.duplicate_of, coalesce(d.depth, f.depth) AS depth, p.text_length, p.outlink_count,
+               d.changed, f.subset, f.part
+        FROM f LEFT JOIN p USING (url_hash) LEFT JOIN d USING (url_hash)
+        ORDER BY f.part, f.warc_filename, f.warc_record_offset
+    """).to_arrow_table()
+    urls = t.column("url").combine_chunks()
+    split = _split_url(urls)
+    digest = pc.replace_substring_regex(t.column("payload_digest"), "^sha1:", "")
+    n = t.num_rows
+    cols = {
+        "url_surtkey": pa.array([surt(u) for u in urls.to_pylist()], pa.string()),
+        "url": urls,
+        **split,
+        "fetch_time": t.column("fetch_time"),
+        "fetch_status": t.column("http_status").cast(pa.int16()),
+        "fetch_redirect": t.column("redirect_location"),
+        "content_digest": digest,
+        "content_mime_type": t.column("content_mime_type"),
+        "content_mime_detected": t.column("content_mime_detected"),
+        "content_charset": t.column("content_charset"),
+        "content_languages": t.column("content_languages"),
+        "content_truncated": t.column("truncated"),
+        "warc_filename": t.column("warc_filename"),
+        "warc_record_offset": t.column("warc_record_offset"),
+        "warc_record_length": t.column("warc_record_length"),
+        "warc_segment": pa.array([f"{round_no:05d}"] * n, pa.string()),
+        "url_hash": t.column("url_hash"),
+        "crawl_status": t.column("status"),
+        "warc_type": t.column("warc_type"),
+        "simhash": t.column("simhash"),
+        "duplicate_of": t.column("duplicate_of"),
+        "depth": t.column("depth"),
+        "round": pa.array(np.full(n, round_no, np.int32)),
+        "text_length": t.column("text_length"),
+        "outlink_count": t.column("outlink_count"),
+        "changed": t.column("changed"),
+    }
+    table = pa.Table.from_arrays([cols[f.name].cast(f.type) for f in INDEX_SCHEMA], schema=INDEX_SCHEMA)
+    return table.append_column("subset", t.column("subset")).append_column("part", t.column("part"))
+
+
+def write_outputs(cfg: CrawlConfig, store: Store, round_no: int, fetch_parts: list[str], fetched: pa.Table,
+                  pages: pa.Table, link_graph: pa.Table, dup_info: pa.Table) -> None:
+    idx = build_index(fetched, pages, dup_info, round_no)
+    parts = sorted({int(p.rsplit("part=", 1)[1].split(".")[0]) for p in fetch_parts})
+    con = duckdb.connect()
+    con.register("pages", pages)
+    con.register("f", fetched)
+    text = con.sql(f"""
+        SELECT p.url, p.url_hash, f.fetch_time, f.payload_digest AS content_digest, p.title, p.text,
+               p.text_length, p.content_languages, {round_no} AS round, f.part
+        FROM pages p JOIN (SELECT * FROM f WHERE status = 'fetched' AND warc_type = 'response') f USING (url_hash)
+    """).to_arrow_table()
+    for part in parts:
+        sel = idx.filter(pc.equal(idx.column("part"), part))
+        for subset in ("warc", "crawldiagnostics", "robotstxt"):
+            rows = sel.filter(pc.equal(sel.column("subset"), subset)).select(INDEX_SCHEMA.names)
+            rel = store.index_file(subset, round_no, part)
+            if rows.num_rows:
+                store.write_table(rel, rows)
+            else:
+                store.remove(rel)  # a rerun with fewer rows must not leave a stale file behind
+        tp = text.filter(pc.equal(text.column("part"), part)).select(TEXT_SCHEMA.names)
+        store.write_table(store.text_file(round_no, part), tp.cast(TEXT_SCHEMA))
+        lp = link_graph.filter(pc.equal(link_graph.column("part"), part)) if link_graph.num_rows else link_graph
+        lt = pa.table({
+            "from_hash": lp.column("from_hash"), "to_hash": lp.column("to_hash"), "to_url": lp.column("to_url"),
+            "kind": lp.column("kind"), "round": pa.array(np.full(lp.num_rows, round_no, np.int32)),
+        })
+        store.write_table(store.links_file(round_no, part), lt.cast(LINKS_SCHEMA))

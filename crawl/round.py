@@ -1,0 +1,289 @@
+"""One crawl round as plain, idempotent steps: inject, generate, fetch_parse, update, reprioritise, publish.
+
+Each step is a function of (config, round number, round time) and files under the crawl root, and
+writes its results at deterministic paths plus a small ``<step>.json`` with its stats. Nothing is
+published until :func:`publish` flips ``CURRENT.json``; a crash anywhere before that leaves the
+published state as it was, and running the round again resumes: generate reuses its fetch lists,
+fetch/parse skip partitions already marked done, update and reprioritise recompute the same files.
+The Airflow DAG calls these steps one task each; the CLI calls :func:`run_round`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from crawl import crawldb, frontier, schedule
+from crawl.config import CrawlConfig
+from crawl.errors import SeedError
+from crawl.robots import crawl_delay, decode_robots
+from crawl.store import Store
+from crawl.tasks import fetch_task, load_robots_cache, parse_task
+from crawl.urls import canonicalize, filter_reason, host_of, resolve, url_hash
+
+SEED_PRIORITY = 1_000.0
+Progress = Callable[[str], None]
+
+
+def _utc(now: datetime | None) -> datetime:
+    if now is None:
+        return datetime.now(UTC)
+    return now if now.tzinfo else now.replace(tzinfo=UTC)
+
+
+def _store(cfg: CrawlConfig) -> Store:
+    return Store(cfg.root, cfg.crawl_id)
+
+
+def next_round(cfg: CrawlConfig) -> int:
+    return _store(cfg).current_round() + 1
+
+
+# ---- inject ---------------------------------------------------------------------------------------
+def validate_seeds(seeds: Sequence[str], cfg: CrawlConfig | None = None) -> list[str]:
+    """Canonical seeds, or :class:`SeedError` naming every bad one (nothing is written then)."""
+    max_len = cfg.max_url_length if cfg else 2048
+    if not seeds:
+        raise SeedError([("", "no seeds given")])
+    good, bad = [], []
+    for seed in seeds:
+        if not isinstance(seed, str) or not seed.strip():
+            bad.append((str(seed), "empty"))
+            continue
+        s = seed.strip()
+        scheme = s.split(":", 1)[0].lower() if ":" in s else ""
+        if scheme not in ("http", "https"):
+            bad.append((seed, f"scheme must be http or https, got {scheme or 'none'!r}"))
+            continue
+        if len(s) > max_len:
+            bad.append((seed, f"longer than {max_len} characters"))
+            continue
+        absolute = resolve(s, None)
+        canon = canonicalize(absolute) if absolute else None
+        if canon is None or not host_of(canon):
+            bad.append((seed, "not a parseable URL with a host"))
+            continue
+        if cfg is not None and (reason := filter_reason(canon, 0, cfg)) is not None:
+            bad.append((seed, f"refused by URL filter: {reason}"))
+            continue
+        good.append(canon)
+    if bad:
+        raise SeedError(bad)
+    return list(dict.fromkeys(good))
+
+
+def inject(cfg: CrawlConfig, seeds: Sequence[str], now: datetime | None = None) -> dict[str, Any]:
+    """Queue seeds for the next round (merged with seeds injected earlier for that round)."""
+    now = _utc(now)
+    canon = validate_seeds(seeds, cfg)
+    store = _store(cfg)
+    n = next_round(cfg)
+    rel = store.round_dir(n, "inject.parquet")
+    hosts = [host_of(u) for u in canon]
+    rows = crawldb.conform(pa.table({
+        "url": pa.array(canon, pa.string()),
+        "url_hash": pa.array([url_hash(u) for u in canon], pa.uint64()),
+        "host": pa.array(hosts, pa.string()),
+        "pkey": pa.array(hosts, pa.string()),
+        "depth": pa.array(np.zeros(len(canon), np.int32)),
+        "discovered_round": pa.array(np.full(len(canon), n, np.int32)),
+        "source": pa.array(["seed"] * len(canon), pa.string()),
+        "status": pa.array(["unfetched"] * len(canon), pa.string()),
+        "fetch_count": pa.array(np.zeros(len(canon), np.int32)),
+        "check_count": pa.array(np.zeros(len(canon), np.int32)),
+        "change_count": pa.array(np.zeros(len(canon), np.int32)),
+        "retry_count": pa.array(np.zeros(len(canon), np.int32)),
+        "priority": pa.array(np.full(len(canon), SEED_PRIORITY)),
+        "round": pa.array(np.full(len(canon), n, np.int32)),
+    }))
+    if cfg.politeness_key != "host":
+        from crawl.update import pkeys
+
+        rows = rows.set_column(rows.schema.get_field_index("pkey"), "pkey",
+                               pkeys(cfg, rows.column("url").combine_chunks(), rows.column("host").combine_chunks()))
+    if store.exists(rel):
+        old = store.read_table(rel, crawldb.CRAWLDB_SCHEMA)
+        rows = pa.concat_tables([old, rows.filter(pa.array(~np.isin(rows.column("url_hash").to_numpy(),
+                                                                     old.column("url_hash").to_numpy())))])
+    store.write_table(rel, rows)
+    return {"round": n, "injected": len(canon), "pending_seeds": rows.num_rows}
+
+
+# ---- generate -------------------------------------------------------------------------------------
+def _host_delays(cfg: CrawlConfig, store: Store, version: int) -> pa.Table | None:
+    cache = load_robots_cache(store, version)
+    if cache is None or cache.num_rows == 0:
+        return None
+    hosts, delays = [], []
+    for host, status, body in zip(cache.column("host").to_pylist(), cache.column("status").to_pylist(),
+                                  cache.column("body").to_pylist(), strict=True):
+        if status and 200 <= status < 300 and body:
+            d = crawl_delay(decode_robots(body, cfg.robots_max_bytes), cfg.user_agent)
+            if d:
+                hosts.append(host)
+                delays.append(float(d))
+    return pa.table({"host": pa.array(hosts, pa.string()), "delay_s": pa.array(delays, pa.float64())})
+
+
+def generate(cfg: CrawlConfig, now: datetime | None = None) -> dict[str, Any]:
+    """Write this round's fetch lists (reused as they are when the round is being resumed)."""
+    now = _utc(now)
+    store = _store(cfg)
+    n = next_round(cfg)
+    stats_rel = store.round_dir(n, "generate.json")
+    done = store.read_json(stats_rel)
+    if done is not None:
+        return done
+    db = crawldb.read(store, n - 1, cfg.url_shards)
+    db = db.filter(pc.invert(pc.is_in(db.column("status"), pa.array(["gone", "filtered"]))))
+    inject_rel = store.round_dir(n, "inject.parquet")
+    cands = [db]
+    if store.exists(inject_rel):
+        inj = store.read_table(inject_rel, crawldb.CRAWLDB_SCHEMA)
+        known = db.column("url_hash").to_numpy()
+        cands.append(inj.filter(pa.array(~np.isin(inj.column("url_hash").to_numpy(), known))))
+    candidates = pa.concat_tables(cands)
+    selected = frontier.select(cfg, candidates, now, _host_delays(cfg, store, n - 1))
+    parts = frontier.split(cfg, selected)
+    paths = []
+    for k, t in enumerate(parts):
+        rel = store.part_file(n, "fetchlist", k)
+        if t.num_rows:
+            store.write_table(rel, t)
+            paths.append(rel)
+    stats = {
+        "round": n, "now": now.isoformat(), "urls": selected.num_rows, "fresh": frontier.fresh_count(selected),
+        "hosts": len(set(selected.column("host").to_pylist())) if selected.num_rows else 0,
+        "partitions": paths, "candidates": candidates.num_rows,
+    }
+    store.write_json(stats_rel, stats)
+    return stats
+
+
+# ---- fetch + parse on Dask ------------------------------------------------------------------------
+def fetch_parse(cfg: CrawlConfig, round_no: int, now: datetime | None = None,
+                progress: Progress | None = None, client: Any = None) -> dict[str, Any]:
+    """Run one fetch task and one parse task per fetch-list partition on the Dask cluster."""
+    now = _utc(now)
+    store = _store(cfg)
+    gen = store.read_json(store.round_dir(round_no, "generate.json"))
+    if gen is None:
+        raise RuntimeError(f"round {round_no}: generate has not run")
+    parts = sorted(int(p.rsplit("part=", 1)[1].split(".")[0]) for p in gen["partitions"])
+    started = time.monotonic()
+    results: list[dict[str, Any]] = []
+    if parts:
+        if client is None:
+            from crawl.cluster import dask_client
+
+            with dask_client(cfg) as c:
+                results = _run_parts(c, cfg, round_no, parts, now, progress)
+        else:
+            results = _run_parts(client, cfg, round_no, parts, now, progress)
+    elapsed = time.monotonic() - started
+    # page requests (robots.txt excluded) -- fetch stats count every attempt
+    fetched = sum(int(r.get("fetch", {}).get("requests", 0) or 0) for r in results)
+    stats = {
+        "round": round_no, "partitions": len(parts), "seconds": round(elapsed, 3),
+        "pages": sum(int(r.get("parse", {}).get("pages", 0)) for r in results),
+        "fetched": fetched, "pages_per_s": round(fetched / elapsed, 1) if elapsed > 0 else 0.0,
+        "per_partition": results,
+    }
+    store.write_json(store.round_dir(round_no, "fetch_parse.json"), stats)
+    return stats
+
+
+def _run_parts(client: Any, cfg: CrawlConfig, round_no: int, parts: list[int], now: datetime,
+               progress: Progress | None) -> list[dict[str, Any]]:
+    from distributed import as_completed
+
+    futures = {}
+    for k in parts:
+        f = client.submit(fetch_task, cfg, round_no, k, now, key=f"fetch-{cfg.crawl_id}-{round_no}-{k}",
+                          retries=2, pure=False)
+        p = client.submit(parse_task, cfg, round_no, k, f, key=f"parse-{cfg.crawl_id}-{round_no}-{k}",
+                          retries=2, pure=False)
+        futures[p] = (k, f)
+    out = []
+    for i, fut in enumerate(as_completed(list(futures)), 1):
+        k, ffut = futures[fut]
+        parse_stats = fut.result()
+        fetch_stats = ffut.result()
+        out.append({"part": k, "fetch": fetch_stats, "parse": parse_stats})
+        if progress:
+            progress(f"  partition {k:03d} done ({i}/{len(futures)}): "
+                     f"{fetch_stats.get('requests', 0)} fetched, {parse_stats.get('pages', 0)} parsed")
+    return sorted(out, key=lambda r: r["part"])
+
+
+# ---- update, reprioritise, publish ---------------------------------------------------------------
+def update(cfg: CrawlConfig, round_no: int, now: datetime | None = None) -> dict[str, Any]:
+    from crawl.update import update as _update
+
+    store = _store(cfg)
+    if store.current_round() >= round_no:
+        raise RuntimeError(f"round {round_no} is already published")
+    stats = _update(cfg, round_no, _utc(now))
+    store.write_json(store.round_dir(round_no, "update.json"), stats)
+    return stats
+
+
+def reprioritise(cfg: CrawlConfig, round_no: int, now: datetime | None = None) -> dict[str, Any]:
+    """Turn the merged rows into CrawlDb version ``round_no``: change rates, importance, priorities."""
+    now = _utc(now)
+    store = _store(cfg)
+    merged = store.read_tables(
+        [store.round_dir(round_no, "merged", f"shard={s:02d}.parquet") for s in range(cfg.url_shards)],
+        crawldb.CRAWLDB_SCHEMA,
+    )
+    scheduled, stats = schedule.reprioritise(cfg, store, round_no, merged, now)
+    crawldb.write(store, round_no, cfg.url_shards, scheduled)
+    stats = {"round": round_no, **stats}
+    store.write_json(store.round_dir(round_no, "reprioritise.json"), stats)
+    return stats
+
+
+def publish(cfg: CrawlConfig, round_no: int) -> dict[str, Any]:
+    """The round's single commit: manifest, then the CURRENT pointer flips to ``round_no``."""
+    store = _store(cfg)
+    if store.current_round() == round_no:
+        return store.read_json(store.round_dir(round_no, "manifest.json"))
+    if store.current_round() != round_no - 1:
+        raise RuntimeError(f"cannot publish round {round_no}: published round is {store.current_round()}")
+    for s in range(cfg.url_shards):
+        if not store.exists(crawldb.shard_path(store, round_no, s)):
+            raise RuntimeError(f"round {round_no}: CrawlDb shard {s} missing, run reprioritise first")
+    summary = {"round": round_no, "crawl_id": cfg.crawl_id, "published_at": datetime.now(UTC).isoformat()}
+    for step in ("generate", "fetch_parse", "update", "reprioritise"):
+        s = store.read_json(store.round_dir(round_no, f"{step}.json"), {})
+        s.pop("per_partition", None)
+        summary[step] = s
+    store.publish(round_no, summary)
+    return summary
+
+
+def run_round(cfg: CrawlConfig, seeds: Sequence[str] | None = None, now: datetime | None = None,
+              progress: Progress | None = None, client: Any = None) -> dict[str, Any]:
+    """inject (if seeds) → generate → fetch+parse → update → reprioritise → publish."""
+    now = _utc(now)
+    if seeds:
+        inject(cfg, seeds, now)
+    gen = generate(cfg, now)
+    n = gen["round"]
+    if progress:
+        progress(f"round {n}: {gen['urls']} URLs on {gen['hosts']} hosts in {len(gen['partitions'])} partitions")
+    fp = fetch_parse(cfg, n, now, progress, client)
+    up = update(cfg, n, now)
+    reprioritise(cfg, n, now)
+    summary = publish(cfg, n)
+    if progress:
+        progress(f"round {n} published: {fp['fetched']} fetched ({fp['pages_per_s']} pages/s), "
+                 f"{up['new_urls']} new URLs, {up['duplicates']} duplicates, "
+                 f"{up['near_duplicates']} near-duplicates, {up['known']} known")
+    return summary

@@ -1,0 +1,186 @@
+"""The crawl root on fsspec: deterministic paths, atomic writes, the published-round pointer.
+
+Why this shape: every step of a round writes immutable files at paths that are a pure function of
+(crawl, round, step, partition), so a rerun overwrites instead of appending twice. Nothing a step
+writes is visible as *published* state until :func:`Store.publish` flips ``CURRENT.json`` to the new
+round; a crashed round leaves the previous pointer, and its rerun overwrites the same files.
+
+Layout under the root (a local folder or any fsspec URL such as ``s3://bucket/prefix``)::
+
+    index/crawl=ID/subset=SUB/round=NNNNN-part=KKK.parquet   page index (Common Crawl columns)
+    text/crawl=ID/round=NNNNN/part=KKK.parquet                extracted text (WET-like)
+    links/crawl=ID/round=NNNNN/part=KKK.parquet               link graph (from/to URL hashes)
+    warc/crawl=ID/round=NNNNN/ID-NNNNN-KKK-SUB.warc.gz        WARC files
+    state/crawl=ID/CURRENT.json                               {"round": N} -- the only commit
+    state/crawl=ID/crawldb/v=NNNNN/shard=SS.parquet           CrawlDb version N
+    state/crawl=ID/seen/v=NNNNN/shard=SS.{parquet,bloom}      seen-set and Bloom filter
+    state/crawl=ID/digests/v=NNNNN.parquet                    first capture of each payload digest
+    state/crawl=ID/robots/v=NNNNN.parquet                     robots.txt cache (TTL)
+    state/crawl=ID/rounds/NNNNN/...                           per-round working files + manifest.json
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+import fsspec
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+
+@dataclass(frozen=True)
+class Store:
+    root: str
+    crawl_id: str
+
+    @property
+    def fs(self) -> fsspec.AbstractFileSystem:
+        return _fs_for(self.root)[0]
+
+    @property
+    def base(self) -> str:
+        return _fs_for(self.root)[1]
+
+    # ---- paths (all relative to the root) -------------------------------------------------
+    def state(self, *parts: str) -> str:
+        return "/".join((f"state/crawl={self.crawl_id}", *parts))
+
+    def round_dir(self, round_no: int, *parts: str) -> str:
+        return self.state("rounds", f"{round_no:05d}", *parts)
+
+    def part_file(self, round_no: int, step: str, part: int, ext: str = "parquet") -> str:
+        return self.round_dir(round_no, step, f"part={part:03d}.{ext}")
+
+    def crawldb_dir(self, version: int) -> str:
+        return self.state("crawldb", f"v={version:05d}")
+
+    def seen_file(self, version: int, shard: int, ext: str) -> str:
+        return self.state("seen", f"v={version:05d}", f"shard={shard:02d}.{ext}")
+
+    def digests_file(self, version: int) -> str:
+        return self.state("digests", f"v={version:05d}.parquet")
+
+    def robots_file(self, version: int) -> str:
+        return self.state("robots", f"v={version:05d}.parquet")
+
+    def warc_prefix(self, round_no: int, part: int) -> str:
+        return f"warc/crawl={self.crawl_id}/round={round_no:05d}/{self.crawl_id}-{round_no:05d}-{part:03d}"
+
+    def index_file(self, subset: str, round_no: int, part: int) -> str:
+        return f"index/crawl={self.crawl_id}/subset={subset}/round={round_no:05d}-part={part:03d}.parquet"
+
+    def text_file(self, round_no: int, part: int) -> str:
+        return f"text/crawl={self.crawl_id}/round={round_no:05d}/part={part:03d}.parquet"
+
+    def links_file(self, round_no: int, part: int) -> str:
+        return f"links/crawl={self.crawl_id}/round={round_no:05d}/part={part:03d}.parquet"
+
+    # ---- I/O --------------------------------------------------------------------------------
+    def abs(self, rel: str) -> str:
+        return f"{self.base.rstrip('/')}/{rel}" if self.base else rel
+
+    def url(self, rel: str) -> str:
+        """An fsspec URL other libraries (warc.py) can open."""
+        return join_url(self.root, rel)
+
+    def exists(self, rel: str) -> bool:
+        return self.fs.exists(self.abs(rel))
+
+    def ls(self, rel: str) -> list[str]:
+        """Relative paths of the files directly under ``rel`` (sorted; empty when missing)."""
+        path = self.abs(rel)
+        if not self.fs.exists(path):
+            return []
+        base = self.base.rstrip("/") + "/" if self.base else ""
+        out = []
+        for p in self.fs.ls(path, detail=False):
+            p = p if isinstance(p, str) else p["name"]
+            out.append(p[len(base):] if base and p.startswith(base) else p)
+        return sorted(out)
+
+    def write_bytes(self, rel: str, data: bytes) -> None:
+        atomic_write(self.fs, self.abs(rel), data)
+
+    def read_bytes(self, rel: str) -> bytes:
+        return self.fs.cat_file(self.abs(rel))
+
+    def write_json(self, rel: str, obj: Any) -> None:
+        self.write_bytes(rel, json.dumps(obj, indent=2, sort_keys=True, default=str).encode())
+
+    def read_json(self, rel: str, default: Any = None) -> Any:
+        if not self.exists(rel):
+            return default
+        return json.loads(self.read_bytes(rel))
+
+    def write_table(self, rel: str, table: pa.Table) -> None:
+        sink = pa.BufferOutputStream()
+        pq.write_table(table, sink, compression="zstd")
+        self.write_bytes(rel, sink.getvalue().to_pybytes())
+
+    def read_table(self, rel: str, schema: pa.Schema | None = None) -> pa.Table:
+        with self.fs.open(self.abs(rel), "rb") as fh:
+            table = pq.read_table(fh)
+        return table.cast(schema) if schema is not None and table.schema != schema else table
+
+    def read_tables(self, rels: list[str], schema: pa.Schema) -> pa.Table:
+        """Concatenate Parquet files (missing list = empty table of ``schema``)."""
+        tables = [self.read_table(r, schema) for r in rels]
+        return pa.concat_tables(tables) if tables else schema.empty_table()
+
+    def remove(self, rel: str) -> None:
+        path = self.abs(rel)
+        if self.fs.exists(path):
+            self.fs.rm(path, recursive=True)
+
+    # ---- the published pointer ----------------------------------------------------------------
+    def current_round(self) -> int:
+        """The last published round (0 = nothing published yet)."""
+        return int(self.read_json(self.state("CURRENT.json"), {"round": 0})["round"])
+
+    def publish(self, round_no: int, summary: dict[str, Any]) -> None:
+        """Write the round manifest, then flip CURRENT -- the single atomic commit of a round."""
+        self.write_json(self.round_dir(round_no, "manifest.json"), summary)
+        self.write_json(self.state("CURRENT.json"), {"round": round_no})
+
+    def is_done(self, round_no: int, step: str, part: int) -> bool:
+        return self.exists(self.part_file(round_no, step, part, "done"))
+
+    def mark_done(self, round_no: int, step: str, part: int, info: dict[str, Any] | None = None) -> None:
+        self.write_json(self.part_file(round_no, step, part, "done"), info or {})
+
+
+def join_url(root: str, rel: str) -> str:
+    return f"{root.rstrip('/')}/{rel}"
+
+
+_FS_CACHE: dict[str, tuple[fsspec.AbstractFileSystem, str]] = {}
+
+
+def _fs_for(root: str) -> tuple[fsspec.AbstractFileSystem, str]:
+    hit = _FS_CACHE.get(root)
+    if hit is None:
+        fs, base = fsspec.core.url_to_fs(root)
+        if getattr(fs, "protocol", None) in ("file", ("file", "local")) or fs.__class__.__name__ == "LocalFileSystem":
+            base = os.path.abspath(base)
+        hit = _FS_CACHE[root] = (fs, base)
+    return hit
+
+
+def atomic_write(fs: fsspec.AbstractFileSystem, path: str, data: bytes) -> None:
+    """Write then rename (local) or single PUT (object stores), so readers never see a torn file."""
+    parent = path.rsplit("/", 1)[0]
+    if fs.__class__.__name__ == "LocalFileSystem":
+        os.makedirs(parent, exist_ok=True)
+        tmp = f"{path}.tmp-{uuid.uuid4().hex}"
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+        return
+    fs.makedirs(parent, exist_ok=True)
+    fs.pipe_file(path, data)

@@ -1,0 +1,110 @@
+"""The functions Dask runs: one fetch task and one parse task per fetch-list partition.
+
+Each is a pure function of (config, round, partition, round time) plus files under the crawl root:
+it reads its inputs from storage, writes its outputs at deterministic paths, and marks the
+partition done last. A rerun (after a crash, a killed worker, or a retried Airflow task) skips
+partitions already marked done and overwrites anything a dead attempt half-wrote. No worker keeps
+state between tasks.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from crawl.config import CrawlConfig
+from crawl.records import FETCH_SCHEMA, FETCHLIST_SCHEMA, LINK_SCHEMA, PAGE_SCHEMA
+from crawl.store import Store
+
+ROBOTS_CACHE_SCHEMA = pa.schema([
+    ("host", pa.string()),
+    ("fetched_at", pa.timestamp("ms", tz="UTC")),
+    ("status", pa.int32()),
+    ("body", pa.binary()),
+])
+DIGESTS_SCHEMA = pa.schema([
+    ("payload_digest", pa.string()),
+    ("url", pa.string()),
+    ("fetch_time", pa.timestamp("ms", tz="UTC")),
+])
+
+
+def load_known_digests(store: Store, version: int) -> dict[str, tuple[str, str]]:
+    """digest -> (url, ISO date) of the first stored capture, for WARC revisit records."""
+    if version <= 0 or not store.exists(store.digests_file(version)):
+        return {}
+    t = store.read_table(store.digests_file(version), DIGESTS_SCHEMA)
+    times = [ts.isoformat() if ts else "" for ts in t.column("fetch_time").to_pylist()]
+    return dict(zip(t.column("payload_digest").to_pylist(), zip(t.column("url").to_pylist(), times, strict=True),
+                    strict=True))
+
+
+def load_robots_cache(store: Store, version: int) -> pa.Table | None:
+    if version <= 0 or not store.exists(store.robots_file(version)):
+        return None
+    return store.read_table(store.robots_file(version), ROBOTS_CACHE_SCHEMA)
+
+
+def fetch_task(cfg: CrawlConfig, round_no: int, part: int, now: datetime) -> dict[str, Any]:
+    """Fetch one partition: WARC files + fetch records + robots rows, then the done marker."""
+    from crawl.fetch import fetch_partition
+
+    store = Store(cfg.root, cfg.crawl_id)
+    if store.is_done(round_no, "fetched", part):
+        return store.read_json(store.part_file(round_no, "fetched", part, "done"))
+    fetchlist = store.read_table(store.part_file(round_no, "fetchlist", part), FETCHLIST_SCHEMA)
+    out = fetch_partition(
+        cfg,
+        fetchlist,
+        root=cfg.root,
+        warc_prefix=store.warc_prefix(round_no, part),
+        now=now,
+        known_digests=load_known_digests(store, round_no - 1),
+        robots_cache=load_robots_cache(store, round_no - 1),
+    )
+    store.write_table(store.part_file(round_no, "fetched", part), out.fetches.cast(FETCH_SCHEMA))
+    robots_rows = out.robots_rows
+    if robots_rows is None or robots_rows.num_rows == 0:
+        robots_rows = ROBOTS_CACHE_SCHEMA.empty_table()
+    store.write_table(store.part_file(round_no, "robots", part), robots_rows.select(ROBOTS_CACHE_SCHEMA.names)
+                      .cast(ROBOTS_CACHE_SCHEMA))
+    stats = {"part": part, **_json_safe(out.stats)}
+    store.mark_done(round_no, "fetched", part, stats)
+    return stats
+
+
+def parse_task(cfg: CrawlConfig, round_no: int, part: int, fetch_stats: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Parse one fetched partition (bodies read back from its WARC files): pages + raw links."""
+    from crawl.parse import parse_partition
+
+    store = Store(cfg.root, cfg.crawl_id)
+    if store.is_done(round_no, "parsed", part):
+        return store.read_json(store.part_file(round_no, "parsed", part, "done"))
+    fetched = store.read_table(store.part_file(round_no, "fetched", part), FETCH_SCHEMA)
+    documents = fetched.filter(pc.not_equal(fetched.column("subset"), "robotstxt"))
+    pages, links = parse_partition(cfg.root, documents, cfg.max_outlinks_per_page)
+    store.write_table(store.part_file(round_no, "pages", part), pages.cast(PAGE_SCHEMA))
+    store.write_table(store.part_file(round_no, "rawlinks", part), links.cast(LINK_SCHEMA))
+    stats = {"part": part, "pages": pages.num_rows, "links": links.num_rows}
+    store.mark_done(round_no, "parsed", part, stats)
+    return stats
+
+
+def count_status(fetches: pa.Table) -> dict[str, int]:
+    vc = pc.value_counts(fetches.column("status")).to_pylist() if fetches.num_rows else []
+    return {d["values"]: int(d["counts"]) for d in vc}
+
+
+def _json_safe(d: dict[str, Any]) -> dict[str, Any]:
+    out = {}
+    for k, v in (d or {}).items():
+        if isinstance(v, int | float | str | bool) or v is None:
+            out[k] = v
+        elif isinstance(v, dict):
+            out[k] = _json_safe(v)
+        else:
+            out[k] = str(v)
+    return out
