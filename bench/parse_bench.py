@@ -1,0 +1,144 @@
+"""Parser choice by measurement: selectolax (Lexbor) vs lxml for link + visible-text extraction.
+
+Generates a few hundred deterministic HTML pages of 5-50 KB with 20-60 links each, then measures
+pages/s of the same job done with each library (links from a/area/link/frame/iframe with their rel,
+text without script/style/noscript/template), plus our full ``crawl.parse`` HTML parser and SimHash.
+Single process, single core. Run: ``.venv/bin/python bench/parse_bench.py [--pages 300] [--rounds 3]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import random
+import sys
+import time
+from datetime import UTC, datetime
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import lxml.etree  # noqa: E402
+import lxml.html  # noqa: E402
+from selectolax.lexbor import LexborHTMLParser  # noqa: E402
+
+WORDS = [
+    "".join(random.Random(i).choice("abcdefghijklmnopqrstuvwxyz") for _ in range(random.Random(i).randint(2, 10)))
+    for i in range(4000)
+]
+
+
+def make_page(rng: random.Random) -> str:
+    """One page: head with meta/links, nav, paragraphs, a script and a style block, 20-60 links."""
+    target = rng.randint(5_000, 50_000)
+    n_links = rng.randint(20, 60)
+    parts = [
+        "<!DOCTYPE html><html><head><meta charset='utf-8'><title>",
+        " ".join(rng.choice(WORDS) for _ in range(6)),
+        "</title><link rel='canonical' href='/c'><link rel='alternate' hreflang='de' href='/de/'>",
+        "<style>body{font:12px sans-serif} .x{color:red}</style>",
+        "<script>var tracking = {a: 1, b: [1,2,3]}; function f(){return 1;}</script></head><body>",
+        "<nav><ul>",
+    ]
+    links_left = n_links
+    for _ in range(min(8, links_left)):
+        parts.append(f"<li><a href='/section/{rng.choice(WORDS)}'>{rng.choice(WORDS)}</a></li>")
+        links_left -= 1
+    parts.append("</ul></nav><article>")
+    size = sum(map(len, parts))
+    while size < target or links_left > 0:
+        para = " ".join(rng.choice(WORDS) for _ in range(rng.randint(30, 90)))
+        if links_left > 0:
+            kind = rng.random()
+            if kind < 0.8:
+                rel = " rel='nofollow'" if rng.random() < 0.1 else ""
+                link = f"<a href='https://host{rng.randint(0, 500)}.test/{rng.choice(WORDS)}?id={rng.randint(0, 99)}'{rel}>{rng.choice(WORDS)}</a>"
+            elif kind < 0.9:
+                link = f"<iframe src='/embed/{rng.randint(0, 999)}'></iframe>"
+            else:
+                link = f"<map><area href='/area/{rng.randint(0, 999)}'></map>"
+            para = para + " " + link
+            links_left -= 1
+        chunk = f"<p>{para}</p>"
+        parts.append(chunk)
+        size += len(chunk)
+    parts.append("<noscript>enable js</noscript></article><footer>(c) 2026</footer></body></html>")
+    return "".join(parts)
+
+
+LINK_CSS = "a[href], area[href], link[href], frame[src], iframe[src]"
+
+
+def extract_selectolax(html: str) -> tuple[int, int]:
+    tree = LexborHTMLParser(html)
+    links = []
+    for node in tree.css(LINK_CSS):
+        attrs = node.attributes
+        url = attrs.get("href") or attrs.get("src")
+        links.append((node.tag, url, attrs.get("rel")))
+    tree.strip_tags(["script", "style", "noscript", "template"])
+    body = tree.body
+    text = " ".join((body.text(separator=" ") if body is not None else "").split())
+    return len(links), len(text)
+
+
+def extract_lxml(html: str) -> tuple[int, int]:
+    doc = lxml.html.document_fromstring(html)
+    links = []
+    for el in doc.iter("a", "area", "link", "frame", "iframe"):
+        url = el.get("src") if el.tag in ("frame", "iframe") else el.get("href")
+        if url is not None:
+            links.append((el.tag, url, el.get("rel")))
+    lxml.etree.strip_elements(doc, "script", "style", "noscript", "template", with_tail=False)
+    body = doc.find("body")
+    text = " ".join((" ".join(body.itertext()) if body is not None else "").split())
+    return len(links), len(text)
+
+
+def rate(fn, pages: list, rounds: int) -> float:
+    best = float("inf")
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        for p in pages:
+            fn(p)
+        best = min(best, time.perf_counter() - t0)
+    return len(pages) / best
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--pages", type=int, default=300)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--seed", type=int, default=1)
+    args = ap.parse_args()
+    rng = random.Random(args.seed)
+    pages = [make_page(rng) for _ in range(args.pages)]
+    raw = [p.encode("utf-8") for p in pages]
+    avg_kb = sum(map(len, raw)) / len(raw) / 1024
+    sx = [extract_selectolax(p) for p in pages[:20]]
+    lx = [extract_lxml(p) for p in pages[:20]]
+    assert [a for a, _ in sx] == [a for a, _ in lx], "both must find the same links"
+    print(f"# parse bench {datetime.now(UTC):%Y-%m-%d %H:%M} UTC, {platform.machine()} {os.cpu_count()} cpu, "
+          f"python {platform.python_version()}")
+    print(f"pages: {len(pages)}, avg {avg_kb:.1f} KB, best of {args.rounds} rounds, one core")
+    r_sx = rate(extract_selectolax, pages, args.rounds)
+    r_lx = rate(extract_lxml, pages, args.rounds)
+    print(f"selectolax/lexbor links+text: {r_sx:8.0f} pages/s")
+    print(f"lxml            links+text: {r_lx:8.0f} pages/s   (selectolax = {r_sx / r_lx:.2f}x lxml)")
+    try:
+        from crawl.fingerprint import simhash
+        from crawl.parse import parse_html
+
+        hdrs = {"content-type": "text/html; charset=utf-8"}
+        r_ours = rate(lambda b: parse_html("http://bench.test/p/", b, hdrs), raw, args.rounds)
+        print(f"crawl.parse.parse_html    : {r_ours:8.0f} pages/s   (charset, links resolved, robots meta, text)")
+        texts = [parse_html("http://bench.test/p/", b, hdrs).text for b in raw]
+        r_sim = rate(simhash, texts, args.rounds)
+        avg_text = sum(map(len, texts)) / len(texts) / 1024
+        print(f"crawl.fingerprint.simhash : {r_sim:8.0f} pages/s   (avg text {avg_text:.1f} KB)")
+    except ImportError as exc:  # parse not importable yet
+        print(f"crawl.parse not measured: {exc}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,332 @@
+"""HTML parsing policy on hand-written documents, and the parse step end-to-end over real WARC files."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pyarrow as pa
+
+from crawl.fingerprint import simhash, text_digest
+from crawl.parse import (
+    ParsedDoc,
+    detect_charset,
+    parse_document,
+    parse_html,
+    parse_partition,
+    parser_for,
+    register_parser,
+    sniff_mime,
+    x_robots_flags,
+)
+from crawl.records import FETCH_SCHEMA, LINK_SCHEMA, PAGE_SCHEMA
+from crawl.warc import WarcFile
+
+PAGE = "http://example.test/dir/page.html"
+HTML_CT = {"Content-Type": "text/html; charset=utf-8"}
+
+
+def _links(doc: ParsedDoc) -> list[tuple[str, str, bool]]:
+    return [(link.url, link.kind, link.nofollow) for link in doc.links]
+
+
+def test_every_link_form_and_what_is_dropped() -> None:
+    html = b"""<!doctype html><html><head>
+      <link rel="alternate" hreflang="de" href="/de/page.html">
+      <link rel="Alternate stylesheet" href="alt.css">
+      <link rel="stylesheet" href="/style.css">
+      <link rel="icon" href="/favicon.ico">
+    </head><body>
+      <a href="a.html">rel</a>
+      <a href=" /abs ">abs, padded</a>
+      <a href="//other.test/x">scheme-relative</a>
+      <a href="https://secure.test/s?q=1#frag">full</a>
+      <a href="b.html" rel="nofollow">nf</a>
+      <a href="mailto:x@example.test">m</a> <a href="javascript:void(0)">j</a>
+      <a href="JavaScript:alert(1)">J</a> <a href="data:text/html,hi">d</a> <a href="tel:+123">t</a>
+      <a href="#top">frag</a> <a href="">empty</a> <a>no href</a> <a href="ftp://f.test/">ftp</a>
+      <map><area href="/area-link" alt="x"><area nohref></map>
+      <iframe src="/frame-in.html"></iframe>
+      <frameset><frame src="f1.html"></frameset>
+      <a href="a.html">duplicate</a>
+    </body></html>"""
+    doc = parse_html(PAGE, html, HTML_CT)
+    assert _links(doc) == [
+        ("http://example.test/de/page.html", "link", False),
+        ("http://example.test/dir/alt.css", "link", False),
+        ("http://example.test/dir/a.html", "a", False),
+        ("http://example.test/abs", "a", False),
+        ("http://other.test/x", "a", False),
+        ("https://secure.test/s?q=1#frag", "a", False),
+        ("http://example.test/dir/b.html", "a", True),
+        ("http://example.test/area-link", "area", False),
+        ("http://example.test/frame-in.html", "iframe", False),
+    ]
+
+
+def test_frameset_page() -> None:
+    html = b"<html><frameset cols='50%,50%'><frame src='left.html'><frame src='/right.html'></frameset></html>"
+    doc = parse_html(PAGE, html, HTML_CT)
+    assert _links(doc) == [("http://example.test/dir/left.html", "frame", False),
+                           ("http://example.test/right.html", "frame", False)]
+
+
+def test_base_href_relative_to_page_and_canonical() -> None:
+    html = b"""<html><head><base href="../other/"><link rel="canonical" href="canon.html"></head>
+      <body><a href="x.html">x</a><a href="/root">r</a></body></html>"""
+    doc = parse_html(PAGE, html, HTML_CT)
+    assert [u for u, _, _ in _links(doc)] == ["http://example.test/other/x.html", "http://example.test/root"]
+    assert doc.canonical == "http://example.test/other/canon.html"
+    # absolute base on another host
+    doc = parse_html(PAGE, b"<base href='https://cdn.test/b/'><a href='y'>y</a>", HTML_CT)
+    assert _links(doc) == [("https://cdn.test/b/y", "a", False)]
+    # canonical from the Link header when the page has none
+    doc = parse_html(PAGE, b"<p>x</p>", {**HTML_CT, "Link": '</c?id=1>; rel="canonical"'})
+    assert doc.canonical == "http://example.test/c?id=1"
+
+
+def test_duplicate_links_merge_nofollow() -> None:
+    html = b"<a href='/x' rel='nofollow'>1</a><a href='/x'>2</a><a href='/y' rel='nofollow'>3</a><a href='/y' rel='nofollow'>"
+    doc = parse_html(PAGE, html, HTML_CT)
+    assert _links(doc) == [("http://example.test/x", "a", False), ("http://example.test/y", "a", True)]
+
+
+def test_meta_refresh_is_a_redirect_link() -> None:
+    doc = parse_html(PAGE, b"<meta http-equiv='Refresh' content='0; URL=/moved'>", HTML_CT)
+    assert _links(doc) == [("http://example.test/moved", "redirect", False)]
+    assert parse_html(PAGE, b"<meta http-equiv='refresh' content='30'>", HTML_CT).links == []
+
+
+def test_max_outlinks_cap() -> None:
+    html = "".join(f"<a href='/p{i}'>{i}</a>" for i in range(50)).encode()
+    doc = parse_html(PAGE, html, HTML_CT, max_outlinks=7)
+    assert len(doc.links) == 7 and doc.links[-1].url == "http://example.test/p6"
+    assert len(parse_document(PAGE, html, HTML_CT, max_outlinks=12).links) == 12
+
+
+def test_meta_robots() -> None:
+    def flags(meta: str) -> tuple[bool, bool]:
+        d = parse_html(PAGE, f"<html><head>{meta}</head><body>x</body></html>".encode(), HTML_CT)
+        return d.meta_noindex, d.meta_nofollow
+
+    assert flags("") == (False, False)
+    assert flags("<meta name='robots' content='noindex'>") == (True, False)
+    assert flags("<meta name='ROBOTS' content='NoFollow'>") == (False, True)
+    assert flags("<meta name='robots' content='noindex, nofollow'>") == (True, True)
+    assert flags("<meta name='robots' content='none'>") == (True, True)
+    assert flags("<meta name='robots' content='index,follow'>") == (False, False)
+    assert flags("<meta name='RecrawlBot' content='nofollow'>") == (False, True)
+    assert flags("<meta name='googlebot' content='noindex,nofollow'>") == (False, False)
+
+
+def test_x_robots_tag() -> None:
+    assert x_robots_flags("noindex") == (True, False)
+    assert x_robots_flags("noindex, nofollow") == (True, True)
+    assert x_robots_flags("googlebot: noindex, nofollow") == (False, False)
+    assert x_robots_flags("RecrawlBot: nofollow") == (False, True)
+    assert x_robots_flags("unavailable_after: 25 Jun 2010 15:00:00 PST") == (False, False)
+    # repeated headers: an agent prefix scopes only its own header
+    doc = parse_html(PAGE, b"<a href='/x'>x</a>",
+                     [("Content-Type", "text/html"), ("X-Robots-Tag", "googlebot: nofollow"),
+                      ("X-Robots-Tag", "noindex")])  # type: ignore[arg-type]
+    assert (doc.meta_noindex, doc.meta_nofollow) == (True, False)
+    doc = parse_html(PAGE, b"<a href='/x'>x</a>", {"content-type": "text/html", "x-robots-tag": "none"})
+    assert (doc.meta_noindex, doc.meta_nofollow) == (True, True)
+
+
+def test_text_title_and_language() -> None:
+    html = b"""<html lang="en-GB"><head><title>  The   Title </title><style>.x{color:red}</style>
+      <script>var hidden = 1;</script></head><body><h1>Head</h1><p>Visible <b>bold</b>
+      text.</p><script>document.write('no')</script><noscript>enable js</noscript>
+      <template><p>tpl</p></template><style>p{}</style><p>End</p></body></html>"""
+    doc = parse_html(PAGE, html, HTML_CT)
+    assert doc.title == "The Title"
+    assert doc.text == "Head Visible bold text. End"
+    assert doc.language == "en"
+    assert parse_html(PAGE, b"<p>x</p>", {**HTML_CT, "Content-Language": "de-AT"}).language == "de"
+
+
+def test_charsets() -> None:
+    body_1252 = "<p>Caf\u00e9 \u20ac5 \u201cquoted\u201d</p>".encode("cp1252")
+    # declared by header as iso-8859-1: decoded as windows-1252 (0x80 is the euro sign), like browsers
+    d = parse_html(PAGE, body_1252, {"Content-Type": "text/html; charset=ISO-8859-1"})
+    assert d.charset == "windows-1252" and d.text == "Caf\u00e9 \u20ac5 \u201cquoted\u201d"
+    # declared by meta charset
+    d = parse_html(PAGE, b"<meta charset='windows-1252'>" + body_1252, {"Content-Type": "text/html"})
+    assert d.charset == "windows-1252" and "\u20ac5" in d.text
+    # declared by meta http-equiv
+    d = parse_html(PAGE, b"<meta http-equiv='Content-Type' content='text/html; charset=iso-8859-1'>"
+                   + body_1252, {"Content-Type": "text/html"})
+    assert d.charset == "windows-1252" and "Caf\u00e9" in d.text
+    # undeclared and not valid UTF-8: windows-1252 fallback
+    d = parse_html(PAGE, body_1252, {"Content-Type": "text/html"})
+    assert d.charset == "windows-1252" and "\u201cquoted\u201d" in d.text
+    # undeclared valid UTF-8
+    utf8 = "<p>na\u00efve \u65e5\u672c</p>".encode()
+    d = parse_html(PAGE, utf8, {"Content-Type": "text/html"})
+    assert d.charset == "UTF-8" and d.text == "na\u00efve \u65e5\u672c"
+    # the HTTP header wins over a contradicting meta
+    d = parse_html(PAGE, b"<meta charset='iso-8859-1'>" + utf8, HTML_CT)
+    assert d.charset == "UTF-8" and "\u65e5" in d.text
+    # BOM wins over everything
+    d = parse_html(PAGE, b"\xef\xbb\xbf" + utf8, {"Content-Type": "text/html; charset=windows-1252"})
+    assert d.charset == "UTF-8" and d.text == "na\u00efve \u65e5\u672c"
+    u16 = "\ufeff<title>T\u00eatu</title><a href='/u'>u</a>".encode("utf-16-le")
+    d = parse_html(PAGE, u16, {"Content-Type": "text/html"})
+    assert d.charset == "UTF-16LE" and d.title == "T\u00eatu" and d.links[0].url == "http://example.test/u"
+    # unknown labels are ignored, not fatal
+    assert detect_charset(utf8, "text/html; charset=x-no-such") == ("utf-8", 0)
+    assert detect_charset(b"<meta charset=utf-16>" + utf8, None) == ("utf-8", 0)
+
+
+def test_malformed_markup_does_not_crash() -> None:
+    for payload in [
+        b"",
+        b"<",
+        b"<html><body><a href='/a'>unclosed <b><i>tags <p>para <table><tr><td>cell",
+        b"<a href=\"/q\" <<<>>> </a></a></a><div></span>",
+        b"\x00\x01\x02<a href='/n'>nul</a>\xff\xfe\xfd",
+        b"<a href='http://[::1'>bad ipv6</a><a href='http://exa mple.test/'>space</a><a href='/ok'>ok</a>",
+        b"<!-- unterminated comment <a href='/c'>",
+        b"<svg><a href='/svg'>s</a></svg><math><mi>x</mi></math>",
+        b"<base href='http://['><a href='rel'>r</a>",
+    ]:
+        doc = parse_html(PAGE, payload, {"Content-Type": "text/html"})
+        assert isinstance(doc.text, str)
+        assert all(link.url.startswith("http") for link in doc.links)
+    doc = parse_html(PAGE, b"<a href='http://[::1'>bad</a><a href='/ok'>ok</a>", HTML_CT)
+    assert _links(doc) == [("http://example.test/ok", "a", False)]
+    # an unparseable base falls back to the page URL
+    assert _links(parse_html(PAGE, b"<base href='http://['><a href='rel'>r</a>", HTML_CT)) == [
+        ("http://example.test/dir/rel", "a", False)]
+
+
+def test_registry_and_sniffing() -> None:
+    assert parser_for("text/html") is parse_html
+    assert parser_for("Application/XHTML+XML; charset=utf-8") is parse_html
+    assert parser_for("image/png") is None
+    # non-HTML: no parser, no links, but the detected MIME type
+    png = b"\x89PNG\r\n\x1a\n" + b"\x00" * 50
+    doc = parse_document(PAGE, png, {"Content-Type": "image/png"}, 100)
+    assert doc.mime_detected == "image/png" and doc.links == [] and doc.text == ""
+    # HTML served as text/plain (or without a type) is sniffed and parsed
+    for ct in ({"Content-Type": "text/plain"}, {}, {"Content-Type": "application/octet-stream"}):
+        doc = parse_document(PAGE, b"  <!DOCTYPE html><title>t</title><a href='/l'>l</a>", ct, 100)
+        assert doc.mime_detected == "text/html" and doc.title == "t" and len(doc.links) == 1
+    # real plain text stays text/plain; a PDF labelled text/html is a PDF
+    assert sniff_mime(b"just words", "text/plain") == "text/plain"
+    assert sniff_mime(b"%PDF-1.7 ...", "text/html") == "application/pdf"
+    assert parse_document(PAGE, b"%PDF-1.7 <a href='/x'>", {"Content-Type": "text/html"}, 10).links == []
+    assert sniff_mime(b"<?xml version='1.0'?><rss></rss>", None) == "application/xml"
+    assert sniff_mime(b'{"a": 1}', "application/json") == "application/json"
+
+    # a registered parser is used for its MIME type
+    def fake(url: str, payload: bytes, headers) -> ParsedDoc:  # noqa: ANN001
+        return ParsedDoc(text=payload.decode(), title=url)
+
+    register_parser("Text/X-Recrawl-Test", fake)
+    doc = parse_document(PAGE, b"hello", {"content-type": "text/x-recrawl-test"}, 10)
+    assert doc.text == "hello" and doc.title == PAGE and doc.mime_detected == "text/x-recrawl-test"
+
+
+# --- parse_partition end-to-end ----------------------------------------------------------------------
+
+T0 = datetime(2026, 11, 30, 6, 0, tzinfo=UTC)
+
+
+def _row(**kw: object) -> dict:
+    row = {f.name: None for f in FETCH_SCHEMA}
+    row.update(kw)
+    return row
+
+
+def test_parse_partition_end_to_end(tmp_path: Path) -> None:
+    root = str(tmp_path)
+    article = " ".join(f"word{i % 97} token{i % 13}" for i in range(300))
+    docs = {
+        "http://a.test/": (b"<html lang=en><title>A</title><body><p>" + article.encode()
+                           + b"</p><a href='/one'>1</a><a href='http://b.test/' rel=nofollow>b</a>"
+                           + b"<link rel=canonical href='http://a.test/'></body></html>",
+                           [("Content-Type", "text/html; charset=utf-8")]),
+        "http://a.test/nofollow": (b"<meta name=robots content='noindex,nofollow'><a href='/hidden'>h</a>text here",
+                                   [("Content-Type", "text/html")]),
+        "http://a.test/xrt": (b"<a href='/hidden2'>h</a>more text", [("Content-Type", "text/html"),
+                                                                     ("X-Robots-Tag", "nofollow")]),
+        "http://a.test/img.png": (b"\x89PNG\r\n\x1a\n" + bytes(100), [("Content-Type", "image/png")]),
+        "http://a.test/plain": (b"<!doctype html><title>P</title><a href='q'>q</a>", [("Content-Type", "text/plain")]),
+        "http://b.test/latin": ("<p>Caf\u00e9 au lait</p><a href='/l\u00e9'>x</a>".encode("cp1252"),
+                                [("Content-Type", "text/html; charset=iso-8859-1")]),
+    }
+    rows = []
+    files = {"http://a.test": "seg/p0-warc.warc.gz", "http://b.test": "seg/p0-other.warc.gz"}
+    writers = {f: WarcFile.open(root, f) for f in set(files.values())}
+    for n, (url, (body, headers)) in enumerate(docs.items()):
+        fname = files[url[: url.index(".test") + 5]]
+        w = writers[fname]
+        t = T0 + timedelta(seconds=n)
+        rq = w.write_request(url, t, "GET", [("Host", "x")])
+        ref = w.write_response(url, t, 200, "OK", headers, body, "127.0.0.1", None, concurrent_to=rq.record_id)
+        rows.append(_row(url=url, url_hash=n + 1, host=url.split("/")[2], fetch_time=t, status="fetched",
+                         http_status=200, content_type=headers[0][1], warc_filename=fname,
+                         warc_record_offset=ref.offset, warc_record_length=ref.length, warc_type="response",
+                         subset="warc"))
+    # a revisit (same payload as the first page): stored as a revisit, not parsed again
+    rv = writers["seg/p0-warc.warc.gz"].write_revisit(
+        "http://a.test/copy", T0, 200, "OK", [("Content-Type", "text/html")], "sha1:X", "http://a.test/", T0)
+    rows.append(_row(url="http://a.test/copy", url_hash=100, status="fetched", http_status=200,
+                     warc_filename="seg/p0-warc.warc.gz", warc_record_offset=rv.offset,
+                     warc_record_length=rv.length, warc_type="revisit"))
+    for w in writers.values():
+        w.close()
+    rows.append(_row(url="http://a.test/old", url_hash=101, status="redirect", http_status=301,
+                     redirect_location="http://a.test/new", subset="crawldiagnostics"))
+    rows.append(_row(url="http://a.test/missing", url_hash=102, status="gone", http_status=404))
+    rows.append(_row(url="http://a.test/timeout", url_hash=103, status="retry", http_status=0))
+    fetch = pa.Table.from_pylist(rows, schema=FETCH_SCHEMA)
+
+    pages, links = parse_partition(root, fetch, max_outlinks=500)
+    assert pages.schema.equals(PAGE_SCHEMA) and links.schema.equals(LINK_SCHEMA)
+    by_url = {r["url"]: r for r in pages.to_pylist()}
+    assert set(by_url) == set(docs)  # fetched responses only; not the revisit, redirect or failures
+
+    a = by_url["http://a.test/"]
+    assert a["url_hash"] == 1 and a["title"] == "A" and a["content_charset"] == "UTF-8"
+    assert a["content_mime_detected"] == "text/html" and a["content_languages"] == "en"
+    assert a["canonical_url"] == "http://a.test/" and a["outlink_count"] == 2
+    assert a["text_length"] == len(a["text"]) and a["text"].startswith("word0 token0")
+    assert a["simhash"] == simhash(a["text"]) != 0 and a["text_digest"] == text_digest(a["text"])
+    assert by_url["http://a.test/nofollow"]["meta_noindex"] is True
+    assert by_url["http://a.test/nofollow"]["meta_nofollow"] is True
+    assert by_url["http://a.test/nofollow"]["outlink_count"] == 0
+    assert by_url["http://a.test/xrt"]["meta_nofollow"] is True and by_url["http://a.test/xrt"]["meta_noindex"] is False
+    img = by_url["http://a.test/img.png"]
+    assert img["content_mime_detected"] == "image/png" and img["text"] == "" and img["outlink_count"] == 0
+    assert img["simhash"] == 0 and img["text_digest"] is None and img["content_charset"] is None
+    assert by_url["http://a.test/plain"]["content_mime_detected"] == "text/html"
+    assert by_url["http://a.test/plain"]["title"] == "P"
+    assert by_url["http://b.test/latin"]["content_charset"] == "windows-1252"
+    assert by_url["http://b.test/latin"]["text"] == "Caf\u00e9 au lait x"
+
+    got = sorted((r["from_url"], r["to_url"], r["kind"], r["nofollow"]) for r in links.to_pylist())
+    assert got == sorted([
+        ("http://a.test/", "http://a.test/one", "a", False),
+        ("http://a.test/", "http://b.test/", "a", True),
+        ("http://a.test/plain", "http://a.test/q", "a", False),
+        ("http://b.test/latin", "http://b.test/l%C3%A9", "a", False),
+        ("http://a.test/old", "http://a.test/new", "redirect", False),
+    ])
+
+
+def test_parse_partition_caps_links_and_handles_empty(tmp_path: Path) -> None:
+    root = str(tmp_path)
+    html = "".join(f"<a href='/p{i}'>{i}</a>" for i in range(40)).encode()
+    with WarcFile.open(root, "c.warc.gz") as w:
+        ref = w.write_response("http://c.test/", T0, 200, "OK", [("Content-Type", "text/html")], html, None, None)
+    fetch = pa.Table.from_pylist([_row(url="http://c.test/", url_hash=7, status="fetched", http_status=200,
+                                       warc_filename="c.warc.gz", warc_record_offset=ref.offset,
+                                       warc_record_length=ref.length, warc_type="response")],
+                                 schema=FETCH_SCHEMA)
+    pages, links = parse_partition(root, fetch, max_outlinks=25)
+    assert pages.column("outlink_count").to_pylist() == [25] and links.num_rows == 25
+    pages, links = parse_partition(root, FETCH_SCHEMA.empty_table(), max_outlinks=25)
+    assert pages.num_rows == 0 and links.num_rows == 0 and pages.schema.equals(PAGE_SCHEMA)
