@@ -1,0 +1,83 @@
+"""Generate: budget, per-host politeness caps, coverage share, whole hosts per partition."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import numpy as np
+import pyarrow as pa
+
+from crawl import crawldb, frontier
+from crawl.config import load_config
+from crawl.urls import url_hash
+
+NOW = datetime(2026, 11, 30, 12, tzinfo=UTC)
+
+
+def _db(n_hosts: int, per_host: int, fetched_share: float, seed: int = 0) -> pa.Table:
+    rng = np.random.default_rng(seed)
+    urls, hosts, counts, prio, due = [], [], [], [], []
+    for h in range(n_hosts):
+        for i in range(per_host):
+            urls.append(f"http://host-{h:03d}.sim.test/p/{i}")
+            hosts.append(f"host-{h:03d}.sim.test")
+            counts.append(int(rng.random() < fetched_share))
+            prio.append(float(rng.random()))
+            due.append(NOW - timedelta(minutes=1) if rng.random() < 0.9 else NOW + timedelta(days=1))
+    return crawldb.conform(pa.table({
+        "url": urls, "url_hash": pa.array([url_hash(u) for u in urls], pa.uint64()), "host": hosts, "pkey": hosts,
+        "fetch_count": pa.array(counts, pa.int32()), "priority": prio,
+        "next_fetch_time": pa.array(due, pa.timestamp("ms", tz="UTC")),
+        "status": ["fetched" if c else "unfetched" for c in counts],
+    }))
+
+
+def test_budget_coverage_share_and_due_time():
+    db = _db(40, 50, fetched_share=0.5)
+    cfg = load_config(overrides={"max_pages": 400, "coverage_share": 0.3, "politeness_delay_s": 0}, use_env=False)
+    sel = frontier.select(cfg, db, NOW)
+    assert sel.num_rows == 400
+    assert frontier.fresh_count(sel) == 120  # exactly the reserved share: both pools have enough
+    chosen = set(sel.column("url_hash").to_pylist())
+    not_due = db.filter(pa.compute.greater(db.column("next_fetch_time"), pa.scalar(NOW, pa.timestamp("ms", tz="UTC"))))
+    assert chosen.isdisjoint(not_due.column("url_hash").to_pylist())
+
+
+def test_unused_share_flows_to_the_other_pool():
+    db = _db(10, 20, fetched_share=0.95, seed=1)  # few never-fetched URLs
+    cfg = load_config(overrides={"max_pages": 150, "coverage_share": 0.5, "politeness_delay_s": 0}, use_env=False)
+    sel = frontier.select(cfg, db, NOW)
+    n_fresh_due = sum(1 for r in db.to_pylist() if r["fetch_count"] == 0 and r["next_fetch_time"] <= NOW)
+    assert frontier.fresh_count(sel) == n_fresh_due < 75
+    assert sel.num_rows == 150
+
+
+def test_host_cap_from_politeness_and_crawl_delay():
+    db = _db(5, 100, fetched_share=0.0, seed=2)
+    cfg = load_config(overrides={"max_pages": 1000, "politeness_delay_s": 10.0, "round_duration_s": 300.0},
+                      use_env=False)
+    assert frontier.host_cap(cfg) == 30
+    delays = pa.table({"host": ["host-000.sim.test"], "delay_s": [60.0]})
+    sel = frontier.select(cfg, db, NOW, delays)
+    per_host = {h: c for h, c in zip(*np.unique(sel.column("host").to_pylist(), return_counts=True), strict=True)}
+    assert per_host["host-000.sim.test"] == 5  # 300 s / 60 s Crawl-delay
+    assert all(c == 30 for h, c in per_host.items() if h != "host-000.sim.test")
+    due = pa.compute.less_equal(db.column("next_fetch_time"), pa.scalar(NOW, pa.timestamp("ms", tz="UTC")))
+    host1 = pa.compute.and_(pa.compute.equal(db.column("host"), "host-001.sim.test"), due)
+    top = db.filter(host1).sort_by([("priority", "descending")])
+    got = sel.filter(pa.compute.equal(sel.column("host"), "host-001.sim.test"))
+    assert set(got.column("url").to_pylist()) == set(top.column("url").to_pylist()[:30])  # best priority first
+
+
+def test_partitions_hold_whole_hosts_and_are_stable():
+    db = _db(60, 10, fetched_share=0.3, seed=3)
+    cfg = load_config(overrides={"max_pages": 600, "partitions": 7, "politeness_delay_s": 0}, use_env=False)
+    sel = frontier.select(cfg, db, NOW)
+    parts = frontier.split(cfg, sel)
+    assert sum(p.num_rows for p in parts) == sel.num_rows
+    owner: dict[str, int] = {}
+    for k, p in enumerate(parts):
+        for h in set(p.column("host").to_pylist()):
+            assert owner.setdefault(h, k) == k
+    again = frontier.split(cfg, frontier.select(cfg, db, NOW))
+    assert [p.column("url").to_pylist() for p in parts] == [p.column("url").to_pylist() for p in again]
