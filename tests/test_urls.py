@@ -242,4 +242,8 @@ def test_filter_reasons_vectorised_matches_scalar() -> None:
     want = [filter_reason(u, d, CFG) for u, d in zip(urls, depths, strict=True)]
     assert got == want
     assert len(set(want)) == 8  # every reason and None occur, so the comparison means something
+    no_scope = CFG.replace(allowed_hosts="")
+    got = filter_reasons(pa.array(urls), np.array(depths), no_scope).to_pylist()
+    assert got == [filter_reason(u, d, no_scope) for u, d in zip(urls, depths, strict=True)]
+    assert "out_of_scope" not in got
     assert filter_reasons(pa.array([None], pa.string()), np.array([0]), CFG).to_pylist() == ["bad_scheme"]
