@@ -318,13 +318,17 @@ def parse_html(url: str, payload: bytes, headers: Mapping[str, str], agent: str 
         base = resolved or url
 
     seen: dict[str, int] = {}
+    resolved: dict[str, str | None] = {}  # pages repeat hrefs (menus, footers): resolve each once
     links: list[Link] = []
 
     def add(raw: str | None, kind: str, nf: bool) -> None:
         href = _clean_href(raw)
         if href is None:
             return
-        target = _resolve(href, base)
+        if href in resolved:
+            target = resolved[href]
+        else:
+            target = resolved[href] = _resolve(href, base)
         if target is None:
             return
         i = seen.get(target)
