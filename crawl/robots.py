@@ -132,6 +132,9 @@ def is_allowed(robots_txt: str, user_agent: str, url: str) -> bool:
     return _parsed(robots_txt, token).can_fetch(url, _agent(token))
 
 
+allowed = is_allowed  # the name conformance/SOURCES.md's examples use
+
+
 def sitemaps(robots_txt: str) -> list[str]:
     """Sitemap URLs named in robots.txt, in file order (they apply to every agent)."""
     return list(_parsed(robots_txt, "").sitemaps)
@@ -169,7 +172,7 @@ class RobotsPolicy:
     """
 
     status: int | None
-    body: bytes | None
+    body: bytes | None = field(repr=False)
     max_bytes: int
     agent: str = PRODUCT_TOKEN
     allow_all: bool = False
@@ -227,6 +230,6 @@ def policy_from_response(
 
 
 __all__ = [
-    "RobotsPolicy", "crawl_delay", "decode_robots", "is_allowed", "policy_from_response", "prepare",
+    "RobotsPolicy", "allowed", "crawl_delay", "decode_robots", "is_allowed", "policy_from_response", "prepare",
     "product_token", "request_rate", "sitemaps",
 ]

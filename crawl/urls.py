@@ -651,6 +651,9 @@ def _canonicalize(url: str, tracking: frozenset[str]) -> str | None:
     return _canon_parts(p, tracking)
 
 
+canonical = canonicalize  # the name conformance/SOURCES.md's examples use
+
+
 def canonicalize_many(
     urls: Sequence[str | None] | pa.Array | pa.ChunkedArray,
     tracking_params: Iterable[str] = DEFAULT_TRACKING_PARAMS,
@@ -1004,7 +1007,7 @@ def filter_reasons(urls: pa.Array | pa.ChunkedArray, depths: np.ndarray, cfg: Cr
 
 
 __all__ = [
-    "FILTER_REASONS", "Parts", "canonicalize", "canonicalize_many", "filter_reason", "filter_reasons",
+    "FILTER_REASONS", "Parts", "canonical", "canonicalize", "canonicalize_many", "filter_reason", "filter_reasons",
     "has_query_explosion", "has_repeated_segments", "has_too_many_segments", "host_of", "is_bad_scheme",
     "is_out_of_scope", "is_too_deep", "is_too_long", "parse", "parse_host", "politeness_key",
     "registered_domain", "resolve", "surt", "url_hash", "url_hashes",
