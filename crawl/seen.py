@@ -33,7 +33,7 @@ import pyarrow.parquet as pq
 
 __all__ = [
     "BloomFilter", "BloomFormatError", "bloom_from_seen", "bloom_size", "confirm", "dedup_new",
-    "merge_seen", "read_seen", "shard_of", "split_by_shard", "write_seen",
+    "first_occurrence", "merge_seen", "read_seen", "shard_of", "sorted_unique", "split_by_shard", "write_seen",
 ]
 
 _U64 = np.uint64
@@ -232,18 +232,49 @@ def _atomic_write(fs_path: str, data: bytes) -> None:
 
 
 # -- the exact seen-set ------------------------------------------------------------------------------------
+def sorted_unique(hashes: np.ndarray) -> np.ndarray:
+    """Sorted distinct values of a uint64 array.
+
+    Why not ``np.unique``/``np.union1d``/``np.isin``: with NumPy 2.4 they measured 11-15 s on 10 M random
+    uint64 here (hash-based path), while ``np.sort`` (SIMD quicksort) plus a neighbour mask takes 0.15 s.
+    """
+    arr = np.sort(_as_u64(hashes))
+    if arr.size > 1:
+        keep = np.empty(arr.size, dtype=bool)
+        keep[0] = True
+        np.not_equal(arr[1:], arr[:-1], out=keep[1:])
+        arr = arr[keep]
+    return arr
+
+
+def first_occurrence(hashes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(sorted distinct values, index of each value's first occurrence), via one unstable argsort.
+
+    The minimum original index per run of equal values is the first occurrence, whatever order the
+    (fast, unstable) sort left the ties in.
+    """
+    arr = _as_u64(hashes)
+    if arr.size == 0:
+        return arr.copy(), np.empty(0, dtype=np.intp)
+    order = np.argsort(arr)
+    vals = arr[order]
+    starts = np.flatnonzero(np.concatenate(([True], vals[1:] != vals[:-1])))
+    return vals[starts], np.minimum.reduceat(order, starts)
+
+
 def shard_of(hashes: np.ndarray, url_shards: int) -> np.ndarray:
     """Shard number of each hash: ``url_hash % url_shards`` (``CrawlConfig.url_shards``)."""
     return (_as_u64(hashes) % _U64(url_shards)).astype(np.int64)
 
 
 def split_by_shard(hashes: np.ndarray, url_shards: int) -> list[np.ndarray]:
-    """One array per shard (order within a shard kept), via one stable argsort instead of N masks."""
+    """One array per shard, order within a shard kept.
+
+    One boolean mask per shard: shards are few (``url_shards``), and a stable argsort measured ~15x slower.
+    """
     arr = _as_u64(hashes)
-    shard = shard_of(arr, url_shards)
-    order = np.argsort(shard, kind="stable")
-    bounds = np.searchsorted(shard[order], np.arange(url_shards + 1))
-    return [arr[order[bounds[i]:bounds[i + 1]]] for i in range(url_shards)]
+    shard = arr % _U64(url_shards)
+    return [arr[shard == _U64(i)] for i in range(url_shards)]
 
 
 def confirm(maybe_hashes: np.ndarray, seen_hashes: np.ndarray) -> np.ndarray:
@@ -269,7 +300,7 @@ def dedup_new(candidates: np.ndarray, bloom: BloomFilter | None, seen_sorted: np
     is_new = np.zeros(cand.size, dtype=bool)
     if cand.size == 0:
         return is_new
-    uniq, first = np.unique(cand, return_index=True)
+    uniq, first = first_occurrence(cand)
     unseen = np.ones(uniq.size, dtype=bool)
     maybe = bloom.contains(uniq) if bloom is not None else np.ones(uniq.size, dtype=bool)
     if maybe.any():
@@ -280,12 +311,12 @@ def dedup_new(candidates: np.ndarray, bloom: BloomFilter | None, seen_sorted: np
 
 def merge_seen(seen_sorted: np.ndarray, new_hashes: np.ndarray) -> np.ndarray:
     """The next version of a shard's seen-set: sorted union."""
-    return np.union1d(_as_u64(seen_sorted), _as_u64(new_hashes)).astype(np.uint64, copy=False)
+    return sorted_unique(np.concatenate([_as_u64(seen_sorted), _as_u64(new_hashes)]))
 
 
 def write_seen(fs_path: str, hashes: np.ndarray) -> None:
     """Write one shard's seen-set as Parquet: a single ``url_hash`` uint64 column, sorted and unique."""
-    arr = np.unique(_as_u64(hashes))
+    arr = sorted_unique(hashes)
     table = pa.table({"url_hash": pa.array(arr, type=pa.uint64())})
     buf = io.BytesIO()
     pq.write_table(table, buf, compression="zstd")
@@ -301,7 +332,7 @@ def read_seen(fs_path: str) -> np.ndarray:
         table = pq.read_table(fh, columns=["url_hash"])
     arr = table.column("url_hash").to_numpy().astype(np.uint64, copy=False)
     if arr.size > 1 and not bool(np.all(arr[1:] > arr[:-1])):
-        arr = np.unique(arr)  # written by someone else: restore the sorted-unique invariant confirm() needs
+        arr = sorted_unique(arr)  # written by someone else: restore the sorted-unique invariant confirm() needs
     return arr
 
 
