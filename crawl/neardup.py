@@ -120,9 +120,9 @@ def near_duplicate_pairs(
 
 
 _SQL = """
-WITH pages AS (
+WITH pages AS (  -- UNION (not ALL): a row repeated in the input must not count as its own second copy
     SELECT url_hash, simhash, 0 AS src FROM nd_existing WHERE simhash IS NOT NULL AND simhash <> 0
-    UNION ALL
+    UNION
     SELECT url_hash, simhash, 1 AS src FROM nd_new WHERE simhash IS NOT NULL AND simhash <> 0
 ),
 vals AS (  -- one row per distinct fingerprint: the two lowest stored hashes, the lowest new hash
@@ -161,7 +161,7 @@ cand AS (
     WHERE p.src = 1 AND x.new_min < p.url_hash
 )
 SELECT url_hash, dup_of_hash, dist AS distance
-FROM cand WHERE dup_of_hash IS NOT NULL
+FROM cand WHERE dup_of_hash IS NOT NULL AND dup_of_hash <> url_hash
 QUALIFY row_number() OVER (PARTITION BY url_hash ORDER BY src, dist, dup_of_hash) = 1
 ORDER BY url_hash
 """

@@ -140,6 +140,9 @@ def test_identical_clusters_self_match_and_zero() -> None:
     stored = _table(np.array([10, 20_000], np.uint64), np.array([v, v]))
     res = _as_dict(near_duplicate_pairs(_table(np.array([10], np.uint64), np.array([v])), stored))
     assert res == {10: (20_000, 0)}
+    # rows repeated in the input do not make a page its own duplicate
+    twice = _table(np.array([10, 10], np.uint64), np.array([v, v]))
+    assert near_duplicate_pairs(twice, twice).num_rows == 0
     # SimHash 0 ("no fingerprint") never matches anything
     zeros = _table(np.array([1, 2, 3], np.uint64), np.zeros(3, np.int64))
     assert near_duplicate_pairs(zeros, zeros).num_rows == 0
