@@ -28,7 +28,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from crawl.config import CrawlConfig  # noqa: E402
 from crawl.neardup import minhash_pairs, near_duplicate_pairs  # noqa: E402
-from crawl.seen import BloomFilter, confirm, dedup_new, read_seen, write_seen  # noqa: E402
+from crawl.seen import BloomFilter, confirm, dedup_new, read_seen, sorted_unique, write_seen  # noqa: E402
 
 
 def best_of(fn: Callable[[], object], repeat: int = 3) -> float:
@@ -87,7 +87,7 @@ def bench_bloom(scale: float) -> None:
     # dedup_new: discovered links against a seen-set 10x larger, Bloom first, exact result
     big = max(100_000, int(10_000_000 * scale))
     disc = max(10_000, big // 10)
-    seen_big = np.unique(rand_u64(rng, big))
+    seen_big = sorted_unique(rand_u64(rng, big))
     bloom_big = BloomFilter.create(big, cfg.bloom_fp_rate)
     t_build = best_of(lambda: bloom_big.add(seen_big), 1)
     candidates = np.concatenate([rand_u64(rng, disc // 2), rng.choice(seen_big, disc - disc // 2)])
