@@ -27,7 +27,9 @@ HTML policy:
   ``X-Robots-Tag`` (generic or ``RecrawlBot:``-prefixed) set ``meta_noindex`` / ``meta_nofollow``
   (``none`` = both). A nofollow page contributes no links in :func:`parse_partition`.
 * text: visible body text without ``script/style/noscript/template``, whitespace-collapsed; title
-  from ``<title>``. Language: the ``<html lang>`` primary subtag (else ``Content-Language``); we ship
+  from ``<title>``. ``simhash`` and ``text_digest`` are computed over the *main content* only (top-level
+  ``<article>`` elements, else ``<main>``/``[role=main]``, else the whole text), so boilerplate, ads and
+  per-request stamps outside it neither hide near-duplicates nor count as changes. Language: the ``<html lang>`` primary subtag (else ``Content-Language``); we ship
   no language detector, so this is what the page declares, not CLD2's ISO-639-3 guess.
 """
 
@@ -90,6 +92,12 @@ class ParsedDoc:
     charset: str | None = None
     mime_detected: str | None = None
     language: str | None = None
+    # main-content text that fingerprints are computed from (see _content_text); "" = same as text
+    content_text: str = ""
+
+    @property
+    def fingerprint_text(self) -> str:
+        return self.content_text or self.text
 
 
 Parser = Callable[[str, bytes, Mapping[str, str]], ParsedDoc]
@@ -364,7 +372,39 @@ def parse_html(url: str, payload: bytes, headers: Mapping[str, str], agent: str 
     tree.strip_tags(["script", "style", "noscript", "template"])
     root = tree.body if tree.body is not None else tree.root
     doc.text = " ".join(root.text(separator=" ").split()) if root is not None else ""
+    doc.content_text = _content_text(tree, doc.text)
     return doc
+
+
+def _has_ancestor(node: object, tag: str) -> bool:
+    p = node.parent  # type: ignore[attr-defined]
+    while p is not None:
+        if p.tag == tag:
+            return True
+        p = p.parent
+    return False
+
+
+def _content_text(tree: LexborHTMLParser, full_text: str) -> str:
+    """Text of the page's main content: top-level ``<article>``s, else ``<main>`` / ``[role=main]``.
+
+    Why: SimHash and the text digest should follow the content, not the chrome around it. Navigation,
+    "related" boxes, footers and rotating ad slots sit outside these HTML5 containers on most sites, and
+    they differ between a page and its syndicated copy or change on every request; fingerprinting the
+    whole body made such pairs look unrelated. Falls back to the full text when there is no container
+    or it holds fewer than 3 words.
+    """
+    nodes = [n for n in tree.css("article") if not _has_ancestor(n, "article")]
+    if not nodes:
+        main = tree.css_first("main") or tree.css_first("[role=main]")
+        nodes = [main] if main is not None else []
+    if not nodes:
+        return full_text
+    for n in nodes:  # anchor text is navigation (boilerpipe's link density), not the article's words
+        for a in n.css("a"):
+            a.decompose()
+    text = " ".join(" ".join(n.text(separator=" ").split()) for n in nodes).strip()
+    return text if len(text.split(None, 3)) >= 3 else full_text
 
 
 register_parser("text/html", parse_html)
@@ -448,8 +488,9 @@ def parse_partition(root: str, fetch_table: pa.Table, max_outlinks: int) -> tupl
             page_cols["meta_noindex"].append(doc.meta_noindex)
             page_cols["meta_nofollow"].append(doc.meta_nofollow)
             page_cols["outlink_count"].append(len(links))
-            page_cols["simhash"].append(simhash(text) if text else 0)
-            page_cols["text_digest"].append(text_digest(text) if text else None)
+            fp_text = doc.fingerprint_text
+            page_cols["simhash"].append(simhash(fp_text) if fp_text else 0)
+            page_cols["text_digest"].append(text_digest(fp_text) if fp_text else None)
             for link in links:
                 link_from.append(urls[i])
                 link_to.append(link.url)

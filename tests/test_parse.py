@@ -146,6 +146,29 @@ def test_text_title_and_language() -> None:
     assert parse_html(PAGE, b"<p>x</p>", {**HTML_CT, "Content-Language": "de-AT"}).language == "de"
 
 
+def test_fingerprint_text_is_the_main_content() -> None:
+    article = " ".join(f"w{i}" for i in range(60))
+    page = (f"<body><header><nav><a href='/'>Home</a> | <a href='/x'>X</a></nav></header>"
+            f"<div class='ad'>{{ad}}</div><article><h1>Title</h1><p>{article} See <a href='/r'>Related "
+            f"Thing</a>.</p></article><aside>Related: <a href='/y'>Y</a></aside>"
+            f"<footer>Generated {{stamp}}</footer></body>")
+    d1 = parse_html(PAGE, page.format(ad="Buy shoes", stamp="2026-11-30T06:00:00.123Z").encode(), HTML_CT)
+    d2 = parse_html(PAGE, page.format(ad="Cheap flights now", stamp="2026-11-30T07:11:12.456Z").encode(), HTML_CT)
+    assert d1.fingerprint_text == f"Title {article} See ."  # no chrome, no anchor text
+    assert "Home" in d1.text and "Buy shoes" in d1.text and "Related Thing" in d1.text  # text keeps it all
+    assert d1.text != d2.text and d1.fingerprint_text == d2.fingerprint_text
+    assert len(d1.links) == 4  # links inside the article are still extracted
+    # <main> when there is no <article>; nested articles are counted once
+    d = parse_html(PAGE, b"<nav>menu</nav><main><p>one two three</p></main><footer>f</footer>", HTML_CT)
+    assert d.fingerprint_text == "one two three"
+    d = parse_html(PAGE, b"<article>a b c<article>d e</article></article><article>f g</article>", HTML_CT)
+    assert d.fingerprint_text == "a b c d e f g"
+    # no container, or one with fewer than 3 words: the whole text
+    assert parse_html(PAGE, b"<p>just a page</p>", HTML_CT).fingerprint_text == "just a page"
+    d = parse_html(PAGE, b"<p>intro words here</p><article>tiny</article>", HTML_CT)
+    assert d.fingerprint_text == d.text == "intro words here tiny"
+
+
 def test_charsets() -> None:
     body_1252 = "<p>Caf\u00e9 \u20ac5 \u201cquoted\u201d</p>".encode("cp1252")
     # declared by header as iso-8859-1: decoded as windows-1252 (0x80 is the euro sign), like browsers
@@ -254,6 +277,9 @@ def test_parse_partition_end_to_end(tmp_path: Path) -> None:
                                                                      ("X-Robots-Tag", "nofollow")]),
         "http://a.test/img.png": (b"\x89PNG\r\n\x1a\n" + bytes(100), [("Content-Type", "image/png")]),
         "http://a.test/plain": (b"<!doctype html><title>P</title><a href='q'>q</a>", [("Content-Type", "text/plain")]),
+        "http://a.test/story": (b"<nav>Home News Sport Weather</nav><article><p>" + article.encode()
+                                + b"</p></article><footer>Generated 06:00:00.123</footer>",
+                                [("Content-Type", "text/html")]),
         "http://b.test/latin": ("<p>Caf\u00e9 au lait</p><a href='/l\u00e9'>x</a>".encode("cp1252"),
                                 [("Content-Type", "text/html; charset=iso-8859-1")]),
     }
@@ -295,6 +321,9 @@ def test_parse_partition_end_to_end(tmp_path: Path) -> None:
     assert a["canonical_url"] == "http://a.test/" and a["outlink_count"] == 2
     assert a["text_length"] == len(a["text"]) and a["text"].startswith("word0 token0")
     assert a["simhash"] == simhash(a["text"]) != 0 and a["text_digest"] == text_digest(a["text"])
+    story = by_url["http://a.test/story"]
+    assert story["text"] == "Home News Sport Weather " + article + " Generated 06:00:00.123"
+    assert story["simhash"] == simhash(article) and story["text_digest"] == text_digest(article)
     assert by_url["http://a.test/nofollow"]["meta_noindex"] is True
     assert by_url["http://a.test/nofollow"]["meta_nofollow"] is True
     assert by_url["http://a.test/nofollow"]["outlink_count"] == 0
@@ -330,3 +359,52 @@ def test_parse_partition_caps_links_and_handles_empty(tmp_path: Path) -> None:
     assert pages.column("outlink_count").to_pylist() == [25] and links.num_rows == 25
     pages, links = parse_partition(root, FETCH_SCHEMA.empty_table(), max_outlinks=25)
     assert pages.num_rows == 0 and links.num_rows == 0 and pages.schema.equals(PAGE_SCHEMA)
+
+
+def test_simulated_web_pages_parse_as_generated() -> None:
+    """Every page the simulated web renders: links, robots meta, canonical and charset come back as the
+    model generated them, and the per-request noise (ad slot, generated stamp) never reaches the
+    fingerprint text."""
+    import re
+
+    from crawl.simweb import model as M
+    from crawl.simweb.render import Renderer
+    from crawl.urls import canonicalize
+
+    def canon(u: str | None) -> str | None:
+        # path-parameter session ids (";jsessionid=…") are a spelling the model links with
+        return canonicalize(re.sub(r";jsessionid=[^?#/]*", "", u, flags=re.I)) if u else None
+
+    m = M.build(M.SimParams(seed=3, hosts=24, pages_per_host=12))
+    r = Renderer(m)
+    html_pages = other = 0
+    for p in range(m.n_pages):
+        if int(m.render_src[p]) != p:
+            continue  # mirrors serve another page's bytes
+        rend = r.get(p, 0, m.params.epoch0)
+        headers = {"Content-Type": rend.content_type}
+        d1 = parse_document(m.url(p), rend.body(1, m.params.epoch0 + 10), headers, 10_000)
+        if not rend.content_type.startswith("text/html"):
+            other += 1
+            assert d1.links == [] and d1.text == "" and d1.mime_detected != "text/html"
+            continue
+        html_pages += 1
+        d2 = parse_document(m.url(p), rend.body(2, m.params.epoch0 + 99), headers, 10_000)
+        assert d1.fingerprint_text == d2.fingerprint_text
+        host = m.hosts[int(m.page_host[p])]
+        assert d1.charset == ("UTF-8" if host.charset == "utf-8" else "windows-1252")
+        assert "\ufffd" not in d1.text
+        assert (d1.meta_noindex, d1.meta_nofollow) == ("noindex" in m.meta_robots[p], "nofollow" in m.meta_robots[p])
+        if int(m.canonical[p]) >= 0:
+            assert canon(d1.canonical) == canon(m.url(int(m.canonical[p])))
+        if int(m.flags[p]) & 4:
+            continue  # links only reachable by running JavaScript
+        want: dict[str | None, bool] = {}
+        for k in range(m.links(p).start, m.links(p).stop):
+            u = canon(m.url(int(m.link_dst[k])))
+            want[u] = want.get(u, True) and bool(m.link_nofollow[k])
+        got: dict[str | None, bool] = {}
+        for link in d1.links:
+            got[canon(link.url)] = got.get(canon(link.url), True) and link.nofollow
+        assert {u: got.get(u) for u in want} == want, m.url(p)
+    assert html_pages > 100 and other > 0
