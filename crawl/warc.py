@@ -11,7 +11,10 @@ Transfer-Encoding were undone by the HTTP client), so keeping ``Content-Encoding
 ``Transfer-Encoding: chunked`` would make the record lie about its body. Like Common Crawl we rename
 those headers (and the original ``Content-Length``) to ``X-Crawler-<Name>`` and add a
 ``Content-Length`` equal to the stored payload's length. Every other header is kept as received, in
-order.
+order. ``revisit`` records carry the response headers only (renamed the same way), no payload.
+
+A process killed mid-write leaves a hidden ``.<name>.*.tmp`` file next to the target (local roots) or
+in the system temp dir (remote roots); it never matches ``*.warc.gz`` and can be deleted at leisure.
 """
 
 from __future__ import annotations
