@@ -17,7 +17,7 @@ TOLERANCE = 1e-9
 
 
 def link_edges(store: Store, round_no: int) -> tuple[np.ndarray, np.ndarray]:
-    """Distinct (from_hash, to_hash) pairs from the link files of rounds 1..round_no."""
+    """(from_hash, to_hash) pairs from the link files of rounds 1..round_no (repeats included)."""
     froms, tos = [], []
     base = f"links/crawl={store.crawl_id}"
     for rdir in store.ls(base):
@@ -31,8 +31,7 @@ def link_edges(store: Store, round_no: int) -> tuple[np.ndarray, np.ndarray]:
                 tos.append(t.column("to_hash").to_numpy())
     if not froms:
         return np.empty(0, np.uint64), np.empty(0, np.uint64)
-    pairs = np.unique(np.stack([np.concatenate(froms), np.concatenate(tos)], axis=1), axis=0)
-    return pairs[:, 0].astype(np.uint64), pairs[:, 1].astype(np.uint64)
+    return np.concatenate(froms).astype(np.uint64), np.concatenate(tos).astype(np.uint64)
 
 
 def pagerank(src: np.ndarray, dst: np.ndarray, n: int) -> np.ndarray:
@@ -67,7 +66,10 @@ def importance(store: Store, round_no: int, url_hashes: np.ndarray) -> tuple[np.
     fi = np.searchsorted(sorted_h, f).clip(0, n - 1)
     ti = np.searchsorted(sorted_h, t).clip(0, n - 1)
     ok = (sorted_h[fi] == f) & (sorted_h[ti] == t) & (fi != ti)
-    src, dst = order[fi[ok]], order[ti[ok]]
+    # distinct edges by a sort of src*n+dst (np.unique on pairs is a slow lexsort)
+    key = np.sort(order[fi[ok]].astype(np.int64) * n + order[ti[ok]])
+    key = key[np.concatenate(([True], key[1:] != key[:-1]))] if key.size else key
+    src, dst = key // n, key % n
     pr = pagerank(src, dst, n)
     inl = np.bincount(dst, minlength=n)
     return pr * n, inl

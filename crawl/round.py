@@ -19,7 +19,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from crawl import crawldb, frontier, schedule
+from crawl import crawldb, frontier, schedule, seen
 from crawl.config import CrawlConfig
 from crawl.errors import SeedError
 from crawl.robots import crawl_delay, decode_robots
@@ -109,8 +109,9 @@ def inject(cfg: CrawlConfig, seeds: Sequence[str], now: datetime | None = None) 
                                pkeys(cfg, rows.column("url").combine_chunks(), rows.column("host").combine_chunks()))
     if store.exists(rel):
         old = store.read_table(rel, crawldb.CRAWLDB_SCHEMA)
-        rows = pa.concat_tables([old, rows.filter(pa.array(~np.isin(rows.column("url_hash").to_numpy(),
-                                                                     old.column("url_hash").to_numpy())))])
+        old_hashes = seen.sorted_unique(old.column("url_hash").to_numpy())
+        rows = pa.concat_tables([old, rows.filter(pa.array(~seen.confirm(rows.column("url_hash").to_numpy(),
+                                                                         old_hashes)))])
     store.write_table(rel, rows)
     return {"round": n, "injected": len(canon), "pending_seeds": rows.num_rows}
 
@@ -146,8 +147,8 @@ def generate(cfg: CrawlConfig, now: datetime | None = None) -> dict[str, Any]:
     cands = [db]
     if store.exists(inject_rel):
         inj = store.read_table(inject_rel, crawldb.CRAWLDB_SCHEMA)
-        known = db.column("url_hash").to_numpy()
-        cands.append(inj.filter(pa.array(~np.isin(inj.column("url_hash").to_numpy(), known))))
+        known = seen.sorted_unique(db.column("url_hash").to_numpy())
+        cands.append(inj.filter(pa.array(~seen.confirm(inj.column("url_hash").to_numpy(), known))))
     candidates = pa.concat_tables(cands)
     selected = frontier.select(cfg, candidates, now, _host_delays(cfg, store, n - 1))
     parts = frontier.split(cfg, selected)
@@ -223,13 +224,14 @@ def _run_parts(client: Any, cfg: CrawlConfig, round_no: int, parts: list[int], n
 
 
 # ---- update, reprioritise, publish ---------------------------------------------------------------
-def update(cfg: CrawlConfig, round_no: int, now: datetime | None = None) -> dict[str, Any]:
+def update(cfg: CrawlConfig, round_no: int, now: datetime | None = None, client: Any = None) -> dict[str, Any]:
+    """Merge the round into the next CrawlDb version (per URL-hash shard: Dask tasks when a client is given)."""
     from crawl.update import update as _update
 
     store = _store(cfg)
     if store.current_round() >= round_no:
         raise RuntimeError(f"round {round_no} is already published")
-    stats = _update(cfg, round_no, _utc(now))
+    stats = _update(cfg, round_no, _utc(now), client)
     store.write_json(store.round_dir(round_no, "update.json"), stats)
     return stats
 
@@ -279,7 +281,7 @@ def run_round(cfg: CrawlConfig, seeds: Sequence[str] | None = None, now: datetim
     if progress:
         progress(f"round {n}: {gen['urls']} URLs on {gen['hosts']} hosts in {len(gen['partitions'])} partitions")
     fp = fetch_parse(cfg, n, now, progress, client)
-    up = update(cfg, n, now)
+    up = update(cfg, n, now, client)
     reprioritise(cfg, n, now)
     summary = publish(cfg, n)
     if progress:

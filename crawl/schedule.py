@@ -65,7 +65,11 @@ def reprioritise(cfg: CrawlConfig, store: Store, round_no: int, db: pa.Table,
                  now: datetime) -> tuple[pa.Table, dict[str, Any]]:
     now_s = now.timestamp()
     n = db.num_rows
-    status = np.array(db.column("status").to_pylist(), dtype=object)
+    status_col = db.column("status")
+
+    def is_status(*values: str) -> np.ndarray:
+        return pc.fill_null(pc.is_in(status_col, pa.array(values)), False).to_numpy(zero_copy_only=False)
+
     fetch_s = _secs(db.column("fetch_time"))
     success_s = _secs(db.column("last_success_time"))
     first_s = _secs(db.column("first_fetch_time"))
@@ -80,31 +84,31 @@ def reprioritise(cfg: CrawlConfig, store: Store, round_no: int, db: pa.Table,
 
     # retries past the schedule become gone (dead-letter: kept in the CrawlDb, never fetched again)
     sched = np.array(cfg.retry_schedule_s, dtype=np.float64)
-    is_retry = status == "retry"
+    is_retry = is_status("retry")
     gone_now = is_retry & (retries > len(sched))
-    status = np.where(gone_now, "gone", status)
+    is_retry = is_retry & ~gone_now
     retry_wait = sched[np.clip(retries - 1, 0, len(sched) - 1)] if len(sched) else np.full(n, DAY)
 
     interval = np.clip(1.0 / np.maximum(rate, 1e-9) * DAY, MIN_INTERVAL_S, MAX_INTERVAL_S)
     last = np.where(np.isnan(success_s), fetch_s, success_s)
     nxt = np.full(n, np.nan)
-    content = np.isin(status, ["fetched", "not_modified", "duplicate", "near_duplicate"])
+    content = is_status("fetched", "not_modified", "duplicate", "near_duplicate")
     nxt[content] = last[content] + interval[content]
-    due_now = np.isin(status, ["unfetched", "deferred"])
-    nxt[due_now] = now_s
-    nxt[is_retry & ~gone_now] = fetch_s[is_retry & ~gone_now] + retry_wait[is_retry & ~gone_now]
-    nxt[status == "redirect"] = fetch_s[status == "redirect"] + 7 * DAY
-    nxt[status == "http_error"] = fetch_s[status == "http_error"] + 30 * DAY
-    nxt[status == "robots_denied"] = fetch_s[status == "robots_denied"] + cfg.robots_ttl_s
-    nxt = np.where(np.isnan(nxt) & ~np.isin(status, ["gone", "filtered"]), now_s, nxt)
+    nxt[is_status("unfetched", "deferred")] = now_s
+    nxt[is_retry] = fetch_s[is_retry] + retry_wait[is_retry]
+    for name, wait in (("redirect", 7 * DAY), ("http_error", 30 * DAY), ("robots_denied", cfg.robots_ttl_s)):
+        sel = is_status(name)
+        nxt[sel] = fetch_s[sel] + wait
+    nxt = np.where(np.isnan(nxt) & ~is_status("gone", "filtered") & ~gone_now, now_s, nxt)
 
     t_days = np.where(np.isnan(last), 0.0, np.maximum(now_s - last, 0.0) / DAY)
-    seed_boost = np.where(np.array(db.column("source").to_pylist(), dtype=object) == "seed", 10.0, 1.0)
+    seed_boost = np.where(pc.fill_null(pc.equal(db.column("source"), "seed"), False).to_numpy(zero_copy_only=False),
+                          10.0, 1.0)
     priority = np.where(content, importance * utility(rate, t_days), importance * seed_boost / (1.0 + depth))
 
     out = db
     for name, arr in (
-        ("status", pa.array(status.tolist(), pa.string())),
+        ("status", pc.if_else(pa.array(gone_now), pa.scalar("gone"), status_col)),
         ("change_rate", pa.array(rate)),
         ("importance", pa.array(importance)),
         ("inlinks", pa.array(inlinks.astype(np.int32))),

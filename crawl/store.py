@@ -131,6 +131,15 @@ class Store:
         tables = [self.read_table(r, schema) for r in rels]
         return pa.concat_tables(tables) if tables else schema.empty_table()
 
+    def duckdb_paths(self, con: Any, rels: list[str]) -> list[str]:
+        """Paths DuckDB can ``read_parquet`` directly (a remote filesystem is registered with ``con``)."""
+        if self.fs.__class__.__name__ == "LocalFileSystem":
+            return [self.abs(r) for r in rels]
+        protocol = self.fs.protocol if isinstance(self.fs.protocol, str) else self.fs.protocol[0]
+        if not con.filesystem_is_registered(protocol):
+            con.register_filesystem(self.fs)
+        return [join_url(self.root, r) for r in rels]
+
     def remove(self, rel: str) -> None:
         path = self.abs(rel)
         if self.fs.exists(path):
