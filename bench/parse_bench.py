@@ -22,10 +22,9 @@ import lxml.etree  # noqa: E402
 import lxml.html  # noqa: E402
 from selectolax.lexbor import LexborHTMLParser  # noqa: E402
 
-WORDS = [
-    "".join(random.Random(i).choice("abcdefghijklmnopqrstuvwxyz") for _ in range(random.Random(i).randint(2, 10)))
-    for i in range(4000)
-]
+_VOCAB_RNG = random.Random(0)
+WORDS = ["".join(_VOCAB_RNG.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(_VOCAB_RNG.randint(2, 10)))
+         for _ in range(4000)]
 
 
 def make_page(rng: random.Random) -> str:

@@ -92,7 +92,8 @@ class ParsedDoc:
     charset: str | None = None
     mime_detected: str | None = None
     language: str | None = None
-    # main-content text that fingerprints are computed from (see _content_text); "" = same as text
+    # main-content text that fingerprints are computed from (see _content_text; whitespace not
+    # collapsed); "" = same as text
     content_text: str = ""
 
     @property
@@ -394,7 +395,7 @@ def _content_text(tree: LexborHTMLParser, full_text: str) -> str:
     whole body made such pairs look unrelated. Falls back to the full text when there is no container
     or it holds fewer than 3 words.
     """
-    nodes = [n for n in tree.css("article") if not _has_ancestor(n, "article")]
+    nodes = [n for n in tree.tags("article") if not _has_ancestor(n, "article")]
     if not nodes:
         main = tree.css_first("main") or tree.css_first("[role=main]")
         nodes = [main] if main is not None else []
@@ -403,7 +404,9 @@ def _content_text(tree: LexborHTMLParser, full_text: str) -> str:
     for n in nodes:  # anchor text is navigation (boilerpipe's link density), not the article's words
         for a in n.css("a"):
             a.decompose()
-    text = " ".join(" ".join(n.text(separator=" ").split()) for n in nodes).strip()
+    # whitespace is left as is: SimHash tokenises and text_digest normalises, and collapsing ~30 KB of
+    # text costs more than extracting it
+    text = " ".join(n.text(separator=" ") for n in nodes)
     return text if len(text.split(None, 3)) >= 3 else full_text
 
 
