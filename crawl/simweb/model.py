@@ -54,7 +54,8 @@ CONTENT_TYPES = ("text/html", "text/html", "application/pdf", "image/png", "appl
 # link spellings: how a link to a page is written in HTML
 (SP_ROOT, SP_REL, SP_ABS, SP_ABS_CASE, SP_ABS_PORT, SP_FRAGMENT, SP_TRACKING, SP_SESSION,
  SP_PROTOREL) = range(9)
-RELATIVE_SPELLINGS = (SP_ROOT, SP_REL, SP_FRAGMENT, SP_SESSION)  # resolve to the page's own host
+# resolve to the page's own host (tracking links are root-relative when the target is on the same host)
+RELATIVE_SPELLINGS = (SP_ROOT, SP_REL, SP_FRAGMENT, SP_SESSION, SP_TRACKING)
 
 TRAP_ENTRIES = ("/calendar?month=1&year=2026", "/rep/a/b/", "/more/", "/session/?s=0", "/facets")
 FAULTS = ("429-seconds", "429-date", "503", "404", "410", "500", "redirect-chain-3", "redirect-chain-8",
@@ -228,7 +229,7 @@ def _words(rng: np.random.Generator, n: int) -> list[str]:
 
 def _assign_kinds(p: SimParams) -> list[str]:
     h = p.hosts
-    n_special = {"mirror": max(2, round(h * 0.04)), "hostile": max(2, round(h * 0.03)),
+    n_special = {"mirror": max(2, round(h * 0.04)), "hostile": max(len(HOSTILE_MODES), round(h * 0.03)),
                  "trap": max(2, round(h * 0.03))}
     n_normal = max(len(NORMAL_KINDS), h - sum(n_special.values()))
     rng = _rng(p.seed, 1)
@@ -532,7 +533,7 @@ def build(p: SimParams) -> Model:
         [SP_ROOT, SP_REL, SP_ABS, SP_ABS_CASE, SP_ABS_PORT, SP_FRAGMENT, SP_TRACKING, SP_SESSION],
         SP_PROTOREL).astype(np.uint8)
     is_cross = page_host[e_src] != page_host[e_dst]
-    relative = np.isin(spelling, RELATIVE_SPELLINGS)
+    relative = np.isin(spelling, (SP_ROOT, SP_REL, SP_FRAGMENT, SP_SESSION))
     spelling[is_cross & relative] = np.where(sp[is_cross & relative] % 2 == 0, SP_ABS, SP_TRACKING)
     nofollow = events.hash_uniform(p.seed, e_src.astype(np.uint64), lk, 12) < 0.05
     counts = np.bincount(e_src, minlength=n)

@@ -145,7 +145,7 @@ class Renderer:
         if sp == M.SP_FRAGMENT:
             return f"{path}#section-{salt % 7}"
         if sp == M.SP_TRACKING:
-            prefix = f"http://{host}" if m.page_host[dst] != m.page_host[src] or salt % 2 else ""
+            prefix = f"http://{host}" if m.page_host[dst] != m.page_host[src] else ""  # same host: root-relative
             extra = ("utm_source=newsletter&utm_medium=email&utm_campaign=c" + token[:4], "gclid=" + token,
                      "fbclid=IwAR" + token, "utm_source=feed")[salt % 4]
             return f"{prefix}{path}{'&' if '?' in path else '?'}{extra}"
