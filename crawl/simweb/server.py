@@ -87,7 +87,8 @@ class SimServer:
                 await resp.write_eof()
             return resp
         except asyncio.CancelledError:
-            status = status or 499  # client went away / shutdown before an answer
+            # client went away or shutdown: the status already sent, else nginx's 499
+            status = request.get("sim_status", 499)
             raise
         finally:
             self.in_flight[host] -= 1
@@ -285,6 +286,7 @@ class SimServer:
         if name == "stall":
             resp = web.StreamResponse(headers={"Content-Type": "text/html", "Content-Length": "100000"})
             await resp.prepare(request)
+            request["sim_status"] = 200
             await resp.write(b"<html><body><p>")
             request["sim_bytes"] = 15
             await self._wait(request, self.stall_s)
@@ -301,6 +303,7 @@ class SimServer:
         if name == "reset":
             resp = web.StreamResponse(headers={"Content-Type": "text/html", "Content-Length": "200000"})
             await resp.prepare(request)
+            request["sim_status"] = 200
             await resp.write(b"<html><body>" + b"x" * 20000)
             request["sim_bytes"] = 20012
             t = request.transport
@@ -323,6 +326,7 @@ class SimServer:
         if name == "endless":
             resp.enable_chunked_encoding()
         await resp.prepare(request)
+        request["sim_status"] = 200
         sent = 0
         end = time.monotonic() + self.stall_s
         try:
