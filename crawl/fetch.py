@@ -7,9 +7,11 @@ policy, error count, backoff) lives here, in one event loop, and nothing is shar
 Scheduling (Nutch/StormCrawler style, one queue per host): a min-heap of hosts keyed by the time the
 host may next start a request. The dispatcher pops a due host, starts its next URL and pushes the host
 back at ``start + delay``. ``delay = max(cfg.politeness_delay_s, robots Crawl-delay)``, measured between
-the *starts* of two requests (robots.txt included). The start is taken when the request headers are
-actually written to the socket (aiohttp trace signal), so connection set-up time cannot shrink the gap
-the server sees. At most ``cfg.max_concurrent_hosts`` hosts are active at once and at most
+the *starts* of two requests (robots.txt included). With one request in flight per host (the
+default) the next start is also held until ``delay`` after the previous answer arrived, so the gap the
+*server* logs between its request starts can never be shorter than the delay, whatever its own
+scheduling latency; with several in flight, from when the request headers were written.
+At most ``cfg.max_concurrent_hosts`` hosts are active at once and at most
 ``cfg.max_in_flight_per_host`` requests run per host.
 
 Failures belong to the host: 429/503 push the host's next-allowed time (``Retry-After`` or exponential
@@ -58,9 +60,9 @@ SUBSET_WARC = "warc"
 SUBSET_DIAG = "crawldiagnostics"
 SUBSET_ROBOTS = "robotstxt"
 ROBOTS_MAX_REDIRECTS = 5  # RFC 9309 §2.3.1.2: follow at least five consecutive redirects
-# Added to the gap so that server-side scheduling jitter (a request parsed a few ms late) can never
-# show up as a gap shorter than the delay in the server's own log. Only applied when delay > 0.
-_GAP_MARGIN_S = 0.003
+# Added to every non-zero gap: covers clock-rate differences between our monotonic clock and the
+# server's wall clock (NTP slewing), so a gap we keep is never logged a hair short.
+_GAP_MARGIN_S = 0.002
 _CHUNK = 65_536
 
 
@@ -99,6 +101,8 @@ class _Host:
     policy: RobotsPolicy | None = None
     closed: bool = False  # remaining URLs were settled (deferred/filtered); nothing more to start
     retired: bool = False  # no longer counts against cfg.max_concurrent_hosts
+    last_start: float = -1e9  # task-relative times of the last request start and answer
+    last_answer: float = -1e9
     rng: random.Random = field(default_factory=random.Random)
 
 
@@ -242,6 +246,9 @@ class _Fetcher:
             self.settle_host(h, R.DEFERRED, "crawl_delay_above_cap")
             return
         h.delay = max(self.cfg.politeness_delay_s, cd or 0.0)
+        if h.delay > 0:  # the robots.txt request itself counts: gap from it with the new delay
+            ref = h.last_answer if self.cfg.max_in_flight_per_host == 1 else h.last_start
+            h.next_at = max(h.next_at, ref + h.delay + _GAP_MARGIN_S, h.last_start + h.delay)
         keep: deque[_Job] = deque()
         t = self.wall()
         for job in h.queue:
@@ -305,6 +312,7 @@ class _Fetcher:
                 if job.robots:
                     h.blocked = True
                 h.next_at = now + h.delay + (_GAP_MARGIN_S if h.delay > 0 else 0.0)
+                h.last_start = now
                 task = asyncio.get_running_loop().create_task(self._run_job(h, job))
                 self.tasks.add(task)
                 task.add_done_callback(self._task_done)
@@ -342,9 +350,22 @@ class _Fetcher:
         self.wake.set()
 
     async def _on_headers_sent(self, session: Any, ctx: Any, params: Any) -> None:
+        """With parallel requests per host, the gap runs from when the request really left."""
         h = ctx.trace_request_ctx
-        if isinstance(h, _Host) and h.delay > 0:
+        if isinstance(h, _Host) and h.delay > 0 and self.cfg.max_in_flight_per_host > 1:
             h.next_at = max(h.next_at, self.mono() + h.delay + _GAP_MARGIN_S)
+
+    def _answered(self, h: _Host) -> None:
+        """One request per host: the gap runs from the answer (response headers, or the failure).
+
+        Why not from the send time: the server stamps a request's start when it gets round to it,
+        which may be some milliseconds after we sent it, so send + delay can look like a shorter gap
+        in the server's log. The server's start is always before its answer reaches us, so answer +
+        delay is a gap the server can never see as too short (Nutch also counts from the end).
+        """
+        h.last_answer = self.mono()
+        if h.delay > 0 and self.cfg.max_in_flight_per_host == 1:
+            h.next_at = max(h.next_at, h.last_answer + h.delay + _GAP_MARGIN_S)
 
     # -- one request --------------------------------------------------------------------------
     async def _request(self, h: _Host, url: str, headers: dict[str, str], cap: int) -> _Response:
@@ -358,6 +379,7 @@ class _Fetcher:
             async with asyncio.timeout(self.cfg.total_timeout_s):
                 async with self.session.get(url, headers=headers, allow_redirects=False,
                                             timeout=self.timeout, trace_request_ctx=h) as resp:
+                    self._answered(h)
                     meta["status"] = resp.status
                     meta["reason"] = resp.reason or ""
                     meta["headers"] = [(k.decode("latin-1"), v.decode("latin-1"))
@@ -383,8 +405,13 @@ class _Fetcher:
                         truncated = "time"
         except TimeoutError:
             if "status" not in meta:
+                self._answered(h)
                 raise
             truncated = "time"
+        except BaseException:
+            if "status" not in meta:
+                self._answered(h)
+            raise
         return _Response(meta["status"], meta["reason"], meta["headers"], meta["req_headers"],
                          bytes(body), truncated, meta["ip"], meta["location"], meta["retry_after"])
 
@@ -410,7 +437,8 @@ class _Fetcher:
         for hop in range(ROBOTS_MAX_REDIRECTS + 1):
             if hop:  # a redirect hop is a request to the host too: obey the gap
                 await asyncio.sleep(max(0.0, h.next_at - self.mono()))
-                h.next_at = self.mono() + h.delay + (_GAP_MARGIN_S if h.delay > 0 else 0.0)
+                h.last_start = self.mono()
+                h.next_at = h.last_start + h.delay + (_GAP_MARGIN_S if h.delay > 0 else 0.0)
             t = self.wall()
             rjob = _Job(url, U.url_hash(url), 0)
             self.stats["robots_requests"] += 1

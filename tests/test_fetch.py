@@ -1,0 +1,340 @@
+"""fetch_partition against the real simulated web (``simweb`` fixture, a subprocess on loopback).
+
+Politeness is judged from the *server's* access log (``politeness_report``), robots decisions against
+the simulated web's ground truth, WARC offsets by reading the records back. Delays and timeouts are
+shrunk with ``cfg.replace`` so the whole file runs in well under a minute and a half.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from crawl import urls as U
+from crawl.config import CrawlConfig
+from crawl.fetch import ROBOTS_CACHE_SCHEMA, FetchOutput, backoff_delay, fetch_partition, parse_retry_after
+from crawl.records import FETCH_SCHEMA, FETCHLIST_SCHEMA
+from crawl.simweb.accesslog import politeness_report, read_log
+from crawl.warc import read_record
+
+UA_LIKE = "RecrawlBot%"
+
+
+def fetchlist(urls: list[str], etags: list[str | None] | None = None,
+              last_modified: list[str | None] | None = None) -> pa.Table:
+    n = len(urls)
+    return pa.table({
+        "url": urls,
+        "url_hash": pa.array([U.url_hash(u) for u in urls], pa.uint64()),
+        "host": [U.host_of(u) for u in urls],
+        "depth": pa.array([0] * n, pa.int32()),
+        "priority": [1.0] * n,
+        "etag": etags or [None] * n,
+        "last_modified": last_modified or [None] * n,
+        "prev_digest": pa.array([None] * n, pa.string()),
+    }, schema=FETCHLIST_SCHEMA)
+
+
+def host_urls(sw, host: str, limit: int = 100) -> list[str]:
+    t = sw.truth()
+    return t.filter(pc.equal(t["host"], host))["url"].to_pylist()[:limit]
+
+
+def cfg_for(sw, **kw) -> CrawlConfig:
+    base = dict(resolve=(sw.resolve_rule,), politeness_delay_s=0.2, connect_timeout_s=2.0,
+                read_timeout_s=1.0, total_timeout_s=3.0, max_body_bytes=200_000, backoff_base_s=0.5,
+                backoff_cap_s=2.0)
+    base.update(kw)
+    return CrawlConfig().replace(**base)
+
+
+def run(cfg: CrawlConfig, urls: list[str], root: Path, prefix: str = "r1/p0", **kw) -> FetchOutput:
+    out = fetch_partition(cfg, fetchlist(urls, kw.pop("etags", None), kw.pop("last_modified", None)),
+                          root=str(root), warc_prefix=prefix, now=datetime.now(UTC), **kw)
+    assert out.fetches.schema == FETCH_SCHEMA
+    # never lose a URL: every input URL has at least one row
+    assert set(urls) <= set(out.fetches["url"].to_pylist())
+    return out
+
+
+def last_rows(out: FetchOutput) -> dict[str, dict]:
+    """The latest row per URL (a URL retried inside the task has one row per attempt)."""
+    rows: dict[str, dict] = {}
+    for r in out.fetches.sort_by([("fetch_time", "ascending")]).to_pylist():
+        if r["subset"] != "robotstxt":
+            rows[r["url"]] = r
+    return rows
+
+
+def log_for(sw, hosts: set[str], since: float = 0.0) -> list[dict]:
+    """Our requests to ``hosts`` in the server's access log that started after ``since`` (epoch s)."""
+    time.sleep(1.3)  # the server flushes its access log at least once a second
+    log = read_log(sw.access_log).to_pylist()
+    return [r for r in log if r["host"] in hosts and r["user_agent"].startswith("RecrawlBot")
+            and r["start"] >= since]
+
+
+def report_for(sw, hosts: set[str]) -> dict[str, dict]:
+    return {r["host"]: r for r in politeness_report(sw.access_log, user_agent_like=UA_LIKE).to_pylist()
+            if r["host"] in hosts}
+
+
+def check_warc(out: FetchOutput, root: Path) -> set[str]:
+    """Read every record a row points at; return the WARC files seen."""
+    stored = out.fetches.filter(pc.is_valid(out.fetches["warc_record_offset"])).to_pylist()
+    assert stored
+    for r in stored:
+        rec = read_record(str(root), r["warc_filename"], r["warc_record_offset"], r["warc_record_length"])
+        assert rec.url == r["url"] and rec.warc_type == r["warc_type"] and rec.http_status == r["http_status"]
+        if rec.warc_type == "response":
+            assert rec.warc_headers["WARC-Payload-Digest"] == r["payload_digest"]
+            assert len(rec.payload) == r["content_length"]
+            assert rec.warc_headers.get("WARC-Truncated") == r["truncated"]
+    return {r["warc_filename"] for r in stored}
+
+
+# --- pure helpers -----------------------------------------------------------------------------------
+
+def test_retry_after_parsing() -> None:
+    now = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
+    assert parse_retry_after("7", now) == 7.0
+    assert parse_retry_after("Thu, 01 Jan 2026 12:00:30 GMT", now) == 30.0
+    assert parse_retry_after("Thu, 01 Jan 2026 11:00:00 GMT", now) == 0.0  # in the past: go now
+    assert parse_retry_after("soon", now) is None
+    assert parse_retry_after(None, now) is None
+
+
+def test_backoff_doubles_with_jitter_and_cap() -> None:
+    cfg = CrawlConfig().replace(backoff_base_s=60, backoff_cap_s=86_400, backoff_jitter=0.1)
+    rng = random.Random(1)
+    for n, base in [(0, 60), (1, 120), (2, 240), (10, 61_440), (11, 86_400), (40, 86_400)]:
+        d = backoff_delay(cfg, n, rng)
+        assert base * 0.9 <= d <= base * 1.1
+    no_jitter = cfg.replace(backoff_jitter=0.0)
+    assert backoff_delay(no_jitter, 3, rng) == 480.0
+
+
+# --- politeness and robots ----------------------------------------------------------------------------
+
+ROBOTS_HOSTS = {
+    "news-001.sim.test": "wildcards", "news-003.sim.test": "disallow", "news-005.sim.test": "bom",
+    "archive-002.sim.test": "404", "news-006.sim.test": "5xx", "blog-005.sim.test": "delay 60",
+    "news-004.sim.test": "delay 0.5", "news-002.sim.test": "redirect", "shop-002.sim.test": "agent-specific",
+    "archive-003.sim.test": "timeout", "blog-002.sim.test": "agent-block",
+}
+
+
+def test_politeness_and_robots_variants(simweb, tmp_path: Path) -> None:
+    sw = simweb
+    truth = sw.truth()
+    model_hosts = {h.name: h for h in sw.model.hosts}
+    assert all(model_hosts[h].robots == v.split()[0] or v.startswith("delay") for h, v in ROBOTS_HOSTS.items())
+    urls: list[str] = []
+    for h in ROBOTS_HOSTS:
+        urls += host_urls(sw, h, 7)
+    # the private pages too, so robots has something to refuse on every host
+    priv = truth.filter(pc.and_(pc.is_in(truth["host"], pa.array(list(ROBOTS_HOSTS))),
+                                pc.invert(truth["robots_allowed"])))["url"].to_pylist()
+    urls = list(dict.fromkeys(urls + priv[:20]))
+    cfg = cfg_for(sw)
+    out = run(cfg, urls, tmp_path)
+    rows = last_rows(out)
+    log = log_for(sw, set(ROBOTS_HOSTS))
+    requested = {(r["host"], r["path"]) for r in log}
+
+    allowed = dict(zip(truth["url"].to_pylist(), truth["robots_allowed"].to_pylist(), strict=True))
+    for url, row in rows.items():
+        host = U.host_of(url)
+        path = url.split(host, 1)[1] or "/"
+        if host in ("news-006.sim.test", "archive-003.sim.test"):  # robots 5xx / timeout
+            assert row["status"] == "deferred" and row["error"] == "robots_unavailable", row
+            assert (host, path) not in requested
+        elif host == "blog-005.sim.test":  # Crawl-delay 60 > cap 30: deferred, not failed
+            assert row["status"] == "deferred" and row["error"] == "crawl_delay_above_cap", row
+            assert (host, path) not in requested
+        elif not allowed[url]:
+            assert row["status"] == "robots_denied", row
+            assert (host, path) not in requested, f"disallowed {url} was requested"
+        else:
+            assert row["status"] in ("fetched", "redirect"), row
+            assert (host, path) in requested
+    # 404 robots = allow all; BOM file still parsed (its /private/ rule holds)
+    assert any(r["status"] == "fetched" for u, r in rows.items() if "archive-002" in u)
+    assert any(r["status"] == "robots_denied" for u, r in rows.items() if "news-005" in u)
+    # robots.txt requested exactly once per host, with our User-Agent, and logged as robotstxt rows
+    robots_req = [r for r in log if r["path"] == "/robots.txt"]
+    assert sorted(r["host"] for r in robots_req) == sorted(ROBOTS_HOSTS)
+    assert set(pc.unique(out.fetches.filter(pc.equal(out.fetches["subset"], "robotstxt"))["host"])
+               .to_pylist()) == set(ROBOTS_HOSTS)
+    # 5xx robots: nothing but robots.txt was asked of that host
+    assert {p for h, p in requested if h == "news-006.sim.test"} == {"/robots.txt"}
+
+    # server-side politeness: gap between starts >= delay (Crawl-delay 0.5 where set), one in flight
+    rep = report_for(sw, set(ROBOTS_HOSTS))
+    for host, r in rep.items():
+        assert r["max_in_flight"] == 1, r
+        if r["requests"] > 1:
+            want = 0.5 if host == "news-004.sim.test" else 0.2
+            assert r["min_gap_s"] >= want, r
+    assert rep["news-004.sim.test"]["requests"] >= 3
+
+    # robots cache rows (only definite answers: 2xx/4xx) and a rerun from the cache fetches no robots.txt
+    assert out.robots_rows.schema == ROBOTS_CACHE_SCHEMA
+    cached_hosts = set(out.robots_rows["host"].to_pylist())
+    assert "archive-002.sim.test" in cached_hosts and "news-006.sim.test" not in cached_hosts
+    before = len(read_log(sw.access_log))
+    out2 = run(cfg, host_urls(sw, "news-003.sim.test", 2), tmp_path, "r1/p1", robots_cache=out.robots_rows)
+    assert out2.stats.get("robots_requests", 0) == 0 and out2.stats["robots_cached"] == 1
+    time.sleep(1.3)
+    new = read_log(sw.access_log).to_pylist()[before:]
+    assert "/robots.txt" not in {r["path"] for r in new if r["host"] == "news-003.sim.test"}
+
+    # WARC offsets in the rows point at the right records
+    assert check_warc(out, tmp_path) >= {"r1/p0-warc.warc.gz", "r1/p0-robotstxt.warc.gz"}
+
+
+# --- hostile hosts ---------------------------------------------------------------------------------
+
+FAULT = "http://hostile-001.sim.test/fault/"
+
+
+def test_hostile_limits(simweb, tmp_path: Path) -> None:
+    sw = simweb
+    names = ["404", "410", "500", "redirect-chain-3", "redirect-chain-8", "redirect-loop-a", "redirect-cross",
+             "slow", "stall", "stall-accept", "endless", "huge", "gzip-bomb", "reset", "wrong-type-image"]
+    urls = [FAULT + n for n in names]
+    cfg = cfg_for(sw, politeness_delay_s=0.05, max_host_errors=50, total_timeout_s=2.0)
+    t0, since = time.monotonic(), time.time()
+    out = run(cfg, urls, tmp_path)
+    took = time.monotonic() - t0
+    rows = last_rows(out)
+    by = {u.rsplit("/fault/", 1)[1]: r for u, r in rows.items() if "/fault/" in u}
+    assert by["404"]["status"] == "gone" and by["410"]["status"] == "gone"
+    assert by["500"]["status"] == "retry" and by["500"]["http_status"] == 500
+    # chain of 3 followed to its end, hop by hop, on the same host
+    assert by["redirect-chain-3/0"]["status"] == "fetched"
+    # chain of 8 and the loop stop at max_redirects (5) hops
+    assert by["redirect-chain-8/2"]["status"] == "filtered" and by["redirect-chain-8/2"]["error"] == "max_redirects"
+    loop_rows = [r for r in out.fetches.to_pylist() if "redirect-loop" in r["url"]]
+    assert sum(r["status"] == "redirect" for r in loop_rows) == cfg.max_redirects + 1
+    assert loop_rows[-1]["status"] == "filtered"
+    # cross-host redirect recorded, not followed
+    cross = by["redirect-cross"]
+    assert cross["status"] == "redirect" and not cross["redirect_location"].startswith("http://hostile-001")
+    target_host = U.host_of(cross["redirect_location"])
+    # slow (3 s) and a server that accepts and stalls: bounded by the timeouts, retried later
+    assert by["slow"]["status"] == "retry" and by["slow"]["error"] == "timeout"
+    assert by["stall-accept"]["status"] == "retry" and by["stall-accept"]["error"] == "timeout"
+    # headers then a stalled body: kept what came, truncated for time
+    assert by["stall"]["status"] == "fetched" and by["stall"]["truncated"] == "time"
+    # endless chunked, huge body and gzip bomb all stop at the decoded cap
+    for n in ("endless", "huge", "gzip-bomb"):
+        assert by[n]["status"] == "fetched" and by[n]["truncated"] == "length", by[n]
+        assert by[n]["content_length"] == cfg.max_body_bytes
+    assert by["reset"]["status"] == "fetched" and by["reset"]["truncated"] == "disconnect"
+    assert 0 < by["reset"]["content_length"] < 200_000
+    assert by["wrong-type-image"]["content_type"] == "image/jpeg"
+    assert took < 25
+    assert "r1/p0-crawldiagnostics.warc.gz" in check_warc(out, tmp_path)
+    log = log_for(sw, {"hostile-001.sim.test", target_host}, since)
+    assert not [r for r in log if r["host"] == target_host], "cross-host redirect target was fetched"
+    rep = report_for(sw, {"hostile-001.sim.test"})["hostile-001.sim.test"]
+    assert rep["max_in_flight"] == 1 and rep["min_gap_s"] >= 0.05
+
+
+def test_429_retry_after_and_503_backoff(simweb, tmp_path: Path) -> None:
+    sw = simweb
+    # throttle host: every second request is 429 with Retry-After 2 (seconds or HTTP-date)
+    thr = [u for u in host_urls(sw, "hostile-002.sim.test") if "/fault/" not in u][:4]
+    # burst503 host: the first three requests are 503 with Retry-After 1, then 200s
+    b503 = [u for u in host_urls(sw, "hostile-003.sim.test") if "/fault/" not in u][:2]
+    cfg = cfg_for(sw, politeness_delay_s=0.1, max_host_errors=10)
+    since = time.time()
+    out = run(cfg, thr + b503, tmp_path, deadline_s=20)
+    rows = last_rows(out)
+    assert all(rows[u]["status"] == "fetched" for u in thr + b503), [rows[u] for u in thr + b503]
+    retries = out.fetches.filter(pc.equal(out.fetches["status"], "retry")).to_pylist()
+    assert {r["http_status"] for r in retries} == {429, 503}
+    log = sorted(log_for(sw, {"hostile-002.sim.test", "hostile-003.sim.test"}, since), key=lambda r: r["start"])
+    for host, wait in (("hostile-002.sim.test", 1.0), ("hostile-003.sim.test", 1.0)):
+        seq = [r for r in log if r["host"] == host and r["path"] != "/robots.txt"]
+        gaps = [b["start"] - a["start"] for a, b in zip(seq, seq[1:], strict=False) if a["status"] in (429, 503)]
+        assert gaps and min(gaps) >= wait, (host, gaps)
+    # a Retry-After beyond the task deadline: row 'retry' with retry_after_s, the host's rest deferred
+    urls = [FAULT + "429-seconds"] + [u for u in host_urls(sw, "hostile-001.sim.test") if "/blog/" in u][:2]
+    out = run(cfg, urls, tmp_path, "r1/p1", deadline_s=3)
+    rows = last_rows(out)
+    assert rows[urls[0]]["status"] == "retry" and rows[urls[0]]["retry_after_s"] == 7.0
+    assert all(rows[u]["status"] == "deferred" and rows[u]["error"] == "host_backoff" for u in urls[1:])
+
+
+# --- network guard, conditional GET, revisits, deadline ----------------------------------------------------
+
+def test_private_address_guard(simweb, tmp_path: Path) -> None:
+    sw = simweb
+    url = f"http://127.0.0.1:{sw.port}/"
+    out = run(cfg_for(sw), [url], tmp_path)
+    row = last_rows(out)[url]
+    assert row["status"] == "filtered" and row["error"] == "private_address"
+    assert not log_for(sw, {"127.0.0.1"})
+    allowed = cfg_for(sw, resolve=(sw.resolve_rule, f"127.0.0.1=127.0.0.1:{sw.port}"))
+    out = run(allowed, [url], tmp_path, "r1/p1")
+    assert last_rows(out)[url]["status"] == "fetched"
+    assert {r["path"] for r in log_for(sw, {"127.0.0.1"})} == {"/", "/robots.txt"}
+    # a name that resolves to loopback (no rule) is refused inside the resolver; allow_private lifts it
+    local = [f"http://localhost:{sw.port}/", f"http://localhost:{sw.port}/x"]
+    rows = last_rows(run(cfg_for(sw), local, tmp_path, "r1/p2"))
+    assert all(rows[u]["status"] == "filtered" and rows[u]["error"] == "private_address" for u in local)
+    rows = last_rows(run(cfg_for(sw, allow_private=True), local[:1], tmp_path, "r1/p3"))
+    assert rows[local[0]]["status"] == "fetched"
+    # without the resolve rule the simulated hosts do not resolve: dns, retried in a later round
+    urls = ["http://news-001.sim.test/", "http://news-001.sim.test/x"]
+    rows = last_rows(run(cfg_for(sw, resolve=()), urls, tmp_path, "r1/p4"))
+    assert all(rows[u]["status"] == "retry" and rows[u]["error"] == "dns" for u in urls)
+
+
+def test_conditional_get_revisit_and_rerun(simweb, tmp_path: Path) -> None:
+    sw = simweb
+    urls = host_urls(sw, "archive-001.sim.test", 5)  # conditional, noise-free host
+    cfg = cfg_for(sw, politeness_delay_s=0.05)
+    first = run(cfg, urls, tmp_path, "r1/p0")
+    rows = last_rows(first)
+    html = [u for u in urls if rows[u]["status"] == "fetched" and rows[u]["etag"]]
+    assert html
+    # conditional GET with the validators from the last capture -> 304 not_modified
+    again = run(cfg, html, tmp_path, "r2/p0", etags=[rows[u]["etag"] for u in html],
+                last_modified=[rows[u]["last_modified"] for u in html])
+    assert all(last_rows(again)[u]["status"] == "not_modified" for u in html)
+    assert all(last_rows(again)[u]["http_status"] == 304 for u in html)
+    # the same bodies without validators but with known digests -> revisit records, not new copies
+    known = {rows[u]["payload_digest"]: (u, rows[u]["fetch_time"].isoformat()) for u in html}
+    rev = run(cfg, html, tmp_path, "r3/p0", known_digests=known)
+    for u in html:
+        r = last_rows(rev)[u]
+        assert r["warc_type"] == "revisit" and r["revisit_of_url"] == u
+        rec = read_record(str(tmp_path), r["warc_filename"], r["warc_record_offset"], r["warc_record_length"])
+        assert rec.warc_type == "revisit" and rec.warc_headers["WARC-Refers-To-Target-URI"] == u
+        assert rec.payload == b""
+    # rerunning a task writes the same paths (overwrites, never duplicates)
+    files = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*.warc.gz"))
+    run(cfg, urls, tmp_path, "r1/p0")
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*.warc.gz")) == files
+    assert not list(tmp_path.rglob("*.tmp"))
+
+
+def test_deadline_defers_unstarted_urls(simweb, tmp_path: Path) -> None:
+    sw = simweb
+    urls = host_urls(sw, "forum-001.sim.test", 30)
+    cfg = cfg_for(sw, politeness_delay_s=0.5)
+    t0 = time.monotonic()
+    out = run(cfg, urls, tmp_path, deadline_s=1.6)
+    assert time.monotonic() - t0 < 5
+    rows = last_rows(out)
+    deferred = [u for u in urls if rows[u]["status"] == "deferred"]
+    assert rows[urls[0]]["status"] in ("fetched", "robots_denied")
+    assert len(deferred) >= len(urls) - 5 and all(rows[u]["error"] == "deadline" for u in deferred)
