@@ -59,7 +59,6 @@ class SimServer:
         self.stall_s = stall_s
         self.robots_timeout_s = robots_timeout_s
         self.slow_s = slow_s
-        self.vcache: dict[int, tuple[int, float, float]] = {}
         self.in_flight: dict[str, int] = {}
         self.host_requests: dict[int, int] = {}
         self.request_no = 0
@@ -67,6 +66,7 @@ class SimServer:
         self.started = time.time()
         self._robots: dict[int, bytes | None] = {}
         self._bomb: bytes | None = None
+        self.refresh_versions(self.clock.now())
         self.app = web.Application()
         self.app.router.add_route("*", "/{tail:.*}", self.handle)
 
@@ -130,14 +130,23 @@ class SimServer:
         return self.page(request, host, pid)
 
     # ---- pages -----------------------------------------------------------------------------------------
+    def refresh_versions(self, now: float) -> None:
+        """Version, last and next change of every page at ``now``, in one vectorised pass.
+
+        A per-page query walks ~25 tree levels in NumPy (~2 ms); the batch costs ~10 µs per page and the
+        answer stays valid until the page's next change, so it is redone only when the clock jumps.
+        """
+        v, last, nxt = self.m.version_info(np.arange(self.m.n_pages), now)
+        self._v, self._last, self._next = v.tolist(), last.tolist(), nxt.tolist()
+
     def version(self, pid: int, now: float) -> tuple[int, float, float]:
-        c = self.vcache.get(pid)
-        if c is not None and (now >= c[1] or c[0] == 0) and now < c[2]:
-            return c
-        v, last, nxt = self.m.version_info(np.array([pid]), now)
-        c = (int(v[0]), float(last[0]), float(nxt[0]))
-        self.vcache[pid] = c
-        return c
+        v, last, nxt = self._v[pid], self._last[pid], self._next[pid]
+        if (now >= last or v == 0) and now < nxt:
+            return v, last, nxt
+        va, la, na = self.m.version_info(np.array([pid]), now)
+        v, last, nxt = int(va[0]), float(la[0]), float(na[0])
+        self._v[pid], self._last[pid], self._next[pid] = v, last, nxt
+        return v, last, nxt
 
     def page(self, request: web.Request, host: M.Host, pid: int) -> web.StreamResponse:
         now = self.clock.now()
@@ -351,6 +360,8 @@ class SimServer:
                 try:
                     data = await request.json()
                     self.clock.set(t=data.get("time"), speed=data.get("speed"))
+                    if data.get("time") is not None:
+                        self.refresh_versions(self.clock.now())
                 except (ValueError, TypeError, AttributeError) as exc:
                     return web.json_response({"error": str(exc)}, status=400)
             return web.json_response(self.clock.state())
