@@ -58,6 +58,8 @@ def test_virtual_hosts_case_insensitive_and_index(simweb) -> None:
     s, _, idx = simweb.request("http://unknown.example/")
     assert s == 200 and all(x.name.encode() in idx for x in m.hosts)
     assert simweb.request(h.base + "/no/such/page")[0] == 404
+    s, hd, body = simweb.request(h.base + "/", method="HEAD")
+    assert s == 200 and body == b"" and hd["content-type"].startswith("text/html")
 
 
 # ---- section 2: pages and links ---------------------------------------------------------------------
@@ -110,7 +112,7 @@ def test_page_features_sizes_types_charsets(simweb) -> None:
         body.decode(h.charset)
         found.add(h.charset)
     assert found >= {"utf-8", "iso-8859-1", "windows-1252"}
-    feats = {"base": M.Model and (lambda p: m.flags[p] & 1), "malformed": lambda p: m.flags[p] & 2,
+    feats = {"base": lambda p: m.flags[p] & 1, "malformed": lambda p: m.flags[p] & 2,
              "canonical": lambda p: m.canonical[p] >= 0, "meta": lambda p: m.meta_robots[p] != ""}
     for name, cond in feats.items():
         p = pages_where(m, lambda q, c=cond: bool(c(q)) and m.page_type[q] == M.ARTICLE)[0]
@@ -305,6 +307,7 @@ def test_truth_cli_deterministic(tmp_path) -> None:
                         "--pages-per-host", "10", "--out", str(out), "--at", str(M.EPOCH0 + 86400 * 30)],
                        check=True, cwd=REPO, timeout=60, capture_output=True)
         outs.append(pq.read_table(out))
+    assert (tmp_path / "a.parquet").read_bytes() == (tmp_path / "b.parquet").read_bytes()
     assert outs[0].equals(outs[1])
     assert not outs[0].equals(outs[2])
 
