@@ -247,3 +247,100 @@ def test_filter_reasons_vectorised_matches_scalar() -> None:
     assert got == [filter_reason(u, d, no_scope) for u, d in zip(urls, depths, strict=True)]
     assert "out_of_scope" not in got
     assert filter_reasons(pa.array([None], pa.string()), np.array([0]), CFG).to_pylist() == ["bad_scheme"]
+
+
+# ------------------------------------------------------------------- vectorised vs scalar agreement
+def _varied_urls(n: int, seed: int) -> list[str | None]:
+    """Random plus adversarial URLs: every shape the vectorised classifier must either get exactly
+    right or hand to the scalar path (escapes of every kind, dot segments, ports, IDNA, IPs, userinfo,
+    non-ASCII, whitespace, fragments holding anything, tracking names in any case)."""
+    rng = random.Random(seed)
+    schemes = ["http://", "https://", "https://", "HTTP://", "hTTps://", "ftp://", "", " http://", "http:/",
+               "http:\\\\"]
+    hosts = ["example.com", "Example.COM", "a-b.c", "www.x.org", "1.2.3.4", "h.0x1", "h.12", "xn--bcher-kva.de",
+             "XN--bcher-kva.de", "b\u00fccher.de", "a..b", "h", "-", "u:p@h.com", "@h.com", "[::1]", "h.com.",
+             "ex%41mple.com", "h1.c2", "sub.h-1.com"]
+    ports = ["", "", "", ":80", ":443", ":8080", ":0", ":080", ":65535", ":65536", ":", ":8a"]
+    pieces = ["a", "B", "0", "-", ".", "..", "/", "//", "%2e", "%2E", "%2f", "%2F", "%41", "%7e", "%7E", "%20",
+              "%c3%a9", "%C3%A9", "%", "%4", "%zz", "~", "_", "x y", "\u00e9", "'", "`", "{", "|", "[", "^", ";",
+              "=", "&", ":", "@", "!", "$", "(", "*", ",", "+", "\t", "\\", '"', "<"]
+    qpieces = ["a=1", "b=2", "A=0", "a=2", "", "", "utm_source=x", "UTM_Medium=y", "gclid", "sid=1", "z", "=v",
+               "b", "c=%41", "c=%2f", "d=%c3%a9", "e=%7E", "f=a b", "g='", "h=?", "i=/.", "j=%", "k=%2", "l=\u00e9",
+               "m=`", "n={}", "p=%20", "q=%5B"]
+    frags = ["", "", "", "#", "#x", "#a b", "#%", "#%zz", "#\u00e9", "#a#b", "#\t", "#?q=1", "#/../"]
+    clean = {  # what the vectorised path must handle itself; mixed with the above at random
+        "schemes": ["http://", "https://"], "hosts": ["example.com", "Example.COM", "a-b.c", "www.x.org", "h",
+                                                      "h1.c2"],
+        "ports": ["", "", ":80", ":443", ":8080"],
+        "pieces": ["a", "B", "0", "-", "/", "//", "%2F", "%20", "%c3%a9", "%C3%A9", "~", "_", ";", "=", "&", ":",
+                   "@", "!", "$", "(", "*", ",", "+", "|", "["],
+        "qpieces": qpieces[:12] + ["c=%2f", "d=%c3%a9", "h=?", "i=/.", "n={}", "p=%20", "q=%5B", "r=`"],
+    }
+    out: list[str | None] = []
+    for _ in range(n):
+        if rng.random() < 0.01:
+            out.append(None)
+            continue
+        c = rng.random() < 0.6
+        sc, ho, po, pi, qp = (
+            (clean["schemes"] if c and rng.random() < 0.9 else schemes),
+            (clean["hosts"] if c and rng.random() < 0.9 else hosts),
+            (clean["ports"] if c and rng.random() < 0.9 else ports),
+            (clean["pieces"] if c and rng.random() < 0.9 else pieces),
+            (clean["qpieces"] if c and rng.random() < 0.9 else qpieces),
+        )
+        path = "".join(rng.choice(pi) for _ in range(rng.randint(0, 6)))
+        if rng.random() < 0.5:
+            path = "/" + "/".join(rng.choice(["a", "b", "x", "Y", "%41", "%C3%A9", "a%20b", ".", "..", ".a"])
+                                  for _ in range(rng.randint(0, 4))) + rng.choice(["", "/", path])
+        elif path and rng.random() < 0.8:
+            path = "/" + path
+        query = ""
+        if rng.random() < 0.6:
+            query = "?" + "&".join(rng.choice(qp) for _ in range(rng.randint(0, 5)))
+        url = f"{rng.choice(sc)}{rng.choice(ho)}{rng.choice(po)}{path}{query}{rng.choice(frags)}"
+        if rng.random() < 0.03:
+            url += rng.choice([" ", "\n", "\x00"])
+        out.append(url)
+    return out
+
+
+def test_canonicalize_many_vectorised_equals_scalar() -> None:
+    from crawl.urls import _simple_mask
+
+    urls = _varied_urls(4000, 5) + [
+        "http://h", "http://h?", "http://h?&", "http://h#", "http://h:80", "https://h:443?b&a", "http://h:81",
+        "http://H.COM/P?B=1&a=2#F", "http://h/?b=1&a=2&b=0&a=1", "http://h/p?utm_source=1", "http://h/%7e",
+        "http://h/a?%61=1", "http://h/?a=%c3%a9", "http://h/?a=%C3%a9", "http://h/#%c3",
+    ]
+    arr = pa.array(urls, pa.string())
+    want = [None if u is None else canonicalize(u) for u in urls]
+    assert canonicalize_many(arr).to_pylist() == want
+    simple = _simple_mask(arr)
+    # the comparison means something only if both paths carry a real share of the rows
+    assert 0.15 < simple.mean() < 0.9, simple.mean()
+    assert sum(w is not None for w, s in zip(want, simple, strict=True) if not s) > 200
+    for tracking in [(), ("A", "b"), ("sid",)]:
+        want_t = [None if u is None else canonicalize(u, tracking_params=tracking) for u in urls]
+        assert canonicalize_many(arr, tracking_params=tracking).to_pylist() == want_t
+    # slices and chunked input read the right bytes
+    assert canonicalize_many(arr.slice(1000, 500)).to_pylist() == want[1000:1500]
+    chunked = pa.chunked_array([arr.slice(0, 7), arr.slice(7)])
+    assert canonicalize_many(chunked).to_pylist() == want
+    assert canonicalize_many(pa.array([], pa.string())).to_pylist() == []
+    assert canonicalize_many([None, None]).to_pylist() == [None, None]
+
+
+def test_canonicalize_many_realistic_links_mostly_vectorised() -> None:
+    """Resolved links (what parse hands over) take the vectorised path almost always, and agree."""
+    from crawl.urls import _simple_mask
+
+    rng = random.Random(9)
+    base = "https://www.example.com/news/2024/index.html"
+    hrefs = ["../a", "b?x=1&a=2", "/c/d/", "?page=2", "#top", "//cdn.example.net/x.js",
+             "https://Other.ORG/p?utm_source=z&id=3#f", "e%20f/g", "caf%C3%A9", "/s?q=a%2Fb&sid=9"]
+    urls = [resolve(rng.choice(hrefs) + (str(rng.randint(0, 50)) if rng.random() < 0.5 else ""), base)
+            for _ in range(3000)]
+    arr = pa.array(urls, pa.string())
+    assert _simple_mask(arr).mean() > 0.99
+    assert canonicalize_many(arr).to_pylist() == [canonicalize(u) for u in urls]
