@@ -43,11 +43,12 @@ def build_config(args: argparse.Namespace) -> CrawlConfig:
             raise ConfigError(f"--set: expected KEY=VALUE, got {item!r}")
         k, v = item.split("=", 1)
         overrides[k.strip()] = v
-    overrides.update({
+    flags = {
         "root": args.root, "crawl_id": args.crawl_id, "politeness_delay_s": args.delay,
         "max_pages": args.max_pages, "partitions": args.partitions, "dask_address": args.dask_address,
         "dask_workers": args.workers, "resolve": args.resolve,
-    })
+    }
+    overrides.update({k: v for k, v in flags.items() if v is not None})
     return load_config(args.config, overrides)
 
 

@@ -40,7 +40,7 @@ def connect(root: str, crawl_id: str) -> duckdb.DuckDBPyConnection:
 
     def view(name: str, pattern: str, rel_dir: str, where: str = "", hive: bool = False) -> None:
         if store.ls(rel_dir):
-            opts = ", hive_partitioning = true" if hive else ""
+            opts = f", hive_partitioning = {str(hive).lower()}"
             src = f"read_parquet('{prefix}/{pattern}', union_by_name = true{opts})"
             con.execute(f"CREATE OR REPLACE VIEW {name} AS SELECT * FROM {src} {where}")
         else:
@@ -61,7 +61,7 @@ def run(root: str, crawl_id: str, sql_or_name: str) -> pa.Table:
     if sql_or_name not in queries and re.fullmatch(r"[a-z_]+", sql_or_name):
         raise ValueError(f"unknown query {sql_or_name!r}; named queries: {', '.join(queries)}")
     con = connect(root, crawl_id)
-    return con.execute(sql).to_arrow_table()
+    return con.sql(sql).to_arrow_table()
 
 
 def format_table(table: pa.Table, max_rows: int = 40) -> str:
