@@ -3,6 +3,7 @@ JS-only pages, the clock, the access log and the truth CLI."""
 
 from __future__ import annotations
 
+import calendar
 import json
 import re
 import subprocess
@@ -173,6 +174,22 @@ def test_clock_speed_and_stats(simweb) -> None:
         s, _, b = simweb.request(simweb.base + "/_sim/clock", "POST", {"Content-Type": "application/json"},
                                  b"not json")
         assert s == 400
+        # a day per second: a fast page keeps changing, and what is served is the version at the clock
+        m = simweb.model
+        p = int(np.argmax(m.rate))
+        simweb.set_clock(M.EPOCH0 + 10 * 86400, speed=86400.0)
+        served = set()
+        for _ in range(6):
+            before = simweb.clock()["time"]
+            body = simweb.request(m.url(p))[2].decode("latin-1")
+            after = simweb.clock()["time"]
+            updated = re.search(r'class="date">Updated (\S+)</p>', body).group(1)
+            t = calendar.timegm(time.strptime(updated, "%Y-%m-%dT%H:%M:%SZ"))
+            _, last_before, _ = m.version_info(np.array([p]), before)
+            assert int(last_before[0]) <= t <= after
+            served.add(t)
+            time.sleep(0.2)
+        assert len(served) >= 3
     finally:
         simweb.set_clock(time.time(), speed=1.0)
     stats = simweb.stats()

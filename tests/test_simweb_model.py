@@ -114,6 +114,13 @@ def test_version_queries_agree() -> None:
     assert np.array_equal(events.count_until(7, keys[v > 0], tot[v > 0], last[v > 0]), v[v > 0])
 
 
+def test_version_by_url(web: M.Model) -> None:
+    ids = [0, 5, 17]
+    urls = [web.url(p) for p in ids]
+    assert np.array_equal(web.version_at(urls + ["http://nowhere.sim.test/"], T_AT)[:3], web.version_at(ids, T_AT))
+    assert web.version_at([*urls, "http://nowhere.sim.test/"], T_AT)[3] == -1
+
+
 def test_duplicates_exact_and_near(web: M.Model) -> None:
     r = Renderer(web)
     mirrors = np.flatnonzero(web.render_src != np.arange(web.n_pages))

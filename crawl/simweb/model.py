@@ -165,6 +165,10 @@ class Model:
     def urls(self) -> list[str]:
         return [self.url(p) for p in range(self.n_pages)]
 
+    @cached_property
+    def url_index(self) -> dict[str, int]:
+        return {u: i for i, u in enumerate(self.urls)}
+
     def host_of(self, name: str) -> Host | None:
         """Virtual host lookup: case-insensitive, port and trailing dot ignored."""
         name = name.strip().lower().rsplit("]", 1)[-1]
@@ -179,15 +183,17 @@ class Model:
         return slice(int(self.link_ptr[page]), int(self.link_ptr[page + 1]))
 
     # ---- change process ------------------------------------------------------------------------
-    def version_at(self, pages: np.ndarray | list[int], t: float) -> np.ndarray:
-        """Version (number of change events in [epoch0, t]) of each page at virtual time ``t``."""
+    def version_at(self, pages: np.ndarray | list[int] | list[str], t: float) -> np.ndarray:
+        """Version (number of change events in [epoch0, t]) of each page (ids or URLs) at virtual time ``t``."""
+        if len(pages) and isinstance(pages[0], str):
+            return self.versions_of_urls(list(pages), t)
         pages = np.asarray(pages, dtype=np.int64)
         c = self.content[pages]
         return events.count_until(self.params.seed, c, self.totals[pages], t - self.params.epoch0)
 
     def versions_of_urls(self, urls: list[str], t: float) -> np.ndarray:
         """Like :meth:`version_at` keyed by canonical URL; -1 for a URL that is no page."""
-        index = {u: i for i, u in enumerate(self.urls)}
+        index = self.url_index
         ids = np.array([index.get(u, -1) for u in urls], dtype=np.int64)
         out = np.full(ids.size, -1, dtype=np.int64)
         ok = ids >= 0

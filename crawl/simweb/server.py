@@ -9,10 +9,10 @@ stops when the client goes away, and is cancelled by a clean shutdown, so a test
 from __future__ import annotations
 
 import asyncio
-import gzip
 import socket
 import struct
 import time
+import zlib
 from email.utils import formatdate, parsedate_to_datetime
 from xml.sax.saxutils import escape as xml_escape
 
@@ -138,15 +138,22 @@ class SimServer:
         """
         v, last, nxt = self.m.version_info(np.arange(self.m.n_pages), now)
         self._v, self._last, self._next = v.tolist(), last.tolist(), nxt.tolist()
+        self._next_np = nxt
 
     def version(self, pid: int, now: float) -> tuple[int, float, float]:
         v, last, nxt = self._v[pid], self._last[pid], self._next[pid]
         if (now >= last or v == 0) and now < nxt:
             return v, last, nxt
-        va, la, na = self.m.version_info(np.array([pid]), now)
-        v, last, nxt = int(va[0]), float(la[0]), float(na[0])
-        self._v[pid], self._last[pid], self._next[pid] = v, last, nxt
-        return v, last, nxt
+        # this page changed since the last pass, so others may have too (fast clock): refresh all stale
+        # pages in one vectorised call instead of one ~2 ms call per page
+        stale = np.flatnonzero(self._next_np <= now)
+        if not (stale == pid).any():  # the clock went backwards for this page
+            stale = np.append(stale, pid)
+        va, la, na = self.m.version_info(stale, now)
+        self._next_np[stale] = na
+        for p, a, b, c in zip(stale.tolist(), va.tolist(), la.tolist(), na.tolist(), strict=True):
+            self._v[p], self._last[p], self._next[p] = a, b, c
+        return self._v[pid], self._last[pid], self._next[pid]
 
     def page(self, request: web.Request, host: M.Host, pid: int) -> web.StreamResponse:
         now = self.clock.now()
@@ -254,11 +261,16 @@ class SimServer:
                 return
             await asyncio.sleep(min(0.25, max(0.0, end - time.monotonic())))
 
-    def bomb(self) -> bytes:
-        """A ~130 KB gzip body that inflates to 128 MiB (built once, lazily)."""
+    async def bomb(self) -> bytes:
+        """A ~130 KB gzip body that inflates to 128 MiB: built once, lazily, in a thread (zlib drops the
+        GIL) from 1 MiB pieces, so neither the event loop nor memory notices."""
         if self._bomb is None:
-            z = gzip.compress(b"<html><body>" + b" " * (128 << 20), compresslevel=9, mtime=0)
-            self._bomb = z
+            def build() -> bytes:
+                c = zlib.compressobj(9, zlib.DEFLATED, 31)  # wbits 31: gzip container
+                piece = b" " * (1 << 20)
+                return b"".join([c.compress(b"<html><body>"), *(c.compress(piece) for _ in range(128)),
+                                 c.flush()])
+            self._bomb = await asyncio.to_thread(build)
         return self._bomb
 
     async def fault(self, request: web.Request, host: M.Host, path: str) -> web.StreamResponse:
@@ -303,7 +315,7 @@ class SimServer:
         if name in ("endless", "huge"):
             return await self._stream(request, name)
         if name == "gzip-bomb":
-            return web.Response(body=self.bomb(), headers={"Content-Type": "text/html",
+            return web.Response(body=await self.bomb(), headers={"Content-Type": "text/html",
                                                            "Content-Encoding": "gzip"})
         if name == "wrong-type-html":
             return web.Response(body=_png(self.m.params.seed, 0, 0), headers={"Content-Type": "text/html"})
