@@ -111,9 +111,12 @@ def build_index(fetched: pa.Table, pages: pa.Table, dup_info: pa.Table, round_no
         SELECT f.url, f.url_hash, f.fetch_time, f.http_status, f.redirect_location, f.payload_digest,
                lower(trim(split_part(f.content_type, ';', 1))) AS content_mime_type,
                p.content_mime_detected, p.content_charset, p.content_languages, f.truncated,
-               f.warc_filename, f.warc_record_offset, f.warc_record_length, f.status, f.warc_type,
-               p.simhash, d.duplicate_of, coalesce(d.depth, f.depth) AS depth, p.text_length, p.outlink_count,
-               d.changed, f.subset, f.part
+               f.warc_filename, f.warc_record_offset, f.warc_record_length,
+               CASE WHEN f.subset = 'robotstxt' THEN f.status ELSE coalesce(d.status, f.status) END AS status,
+               f.warc_type,
+               p.simhash, CASE WHEN f.subset = 'robotstxt' THEN NULL ELSE d.duplicate_of END AS duplicate_of,
+               coalesce(d.depth, f.depth) AS depth, p.text_length, p.outlink_count,
+               CASE WHEN f.subset = 'robotstxt' THEN NULL ELSE d.changed END AS changed, f.subset, f.part
         FROM f LEFT JOIN p USING (url_hash) LEFT JOIN d USING (url_hash)
         ORDER BY f.part, f.warc_filename, f.warc_record_offset
     """).to_arrow_table()

@@ -109,8 +109,7 @@ def update(cfg: CrawlConfig, round_no: int, now: datetime, client: Any = None) -
     _write_digests(store, round_no, fetched_all)
     _write_robots(store, round_no)
     dup_info = store.read_tables([_shard_rel(store, round_no, "dupinfo", s) for s in shards], DUP_INFO_SCHEMA)
-    index.write_outputs(cfg, store, round_no, fetch_parts, fetched_all, pages, link_graph,
-                        dup_info.drop_columns(["status"]))
+    index.write_outputs(cfg, store, round_no, fetch_parts, fetched_all, pages, link_graph, dup_info)
 
     status_counts: dict[str, int] = {}
     for st in shard_stats:
