@@ -29,6 +29,9 @@ A scheduled run has no conf: it runs a round of the default crawl (``RECRAWL_CRA
 ``demo``), injecting the default seeds (``RECRAWL_SEEDS_FILE``, default ``include/seeds/default.txt``)
 only if that crawl does not exist yet. A run whose conf gives ``seeds`` always injects them (the
 engine merges seeds into an existing crawl). ``max_active_runs=1``: two rounds never overlap.
+
+Retries. Every task retries (``RECRAWL_TASK_RETRIES``, default 3) with exponential backoff from 30 s,
+capped at 15 min; bad input (config values, seeds) fails at once instead, since retrying cannot help.
 """
 
 from __future__ import annotations
@@ -160,7 +163,7 @@ def run_step_subprocess(step: str, cfg: Any, round_no: int, now: datetime) -> di
     doc_md=__doc__,
     tags=["crawl"],
     default_args={
-        "retries": 3,
+        "retries": int(os.environ.get("RECRAWL_TASK_RETRIES", "3")),
         "retry_delay": timedelta(seconds=30),
         "retry_exponential_backoff": 2.0,
         "max_retry_delay": timedelta(minutes=15),

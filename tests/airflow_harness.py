@@ -42,6 +42,9 @@ def airflow_env(home: Path) -> dict[str, str]:
         "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home}/airflow.db",
         "AIRFLOW__LOGGING__BASE_LOG_FOLDER": str(home / "logs"),
         "RECRAWL_SCHEDULE": "none",
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{TEST_USER}:admin",
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(home / "test_passwords.json"),
+        "AIRFLOW__API_AUTH__JWT_SECRET": "recrawl-test-secret",
         # the DAG, the plugin and `python -m crawl` import the engine from the checkout
         "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
     }
@@ -54,6 +57,7 @@ def configure_env() -> Path:
         if "airflow" in sys.modules:
             raise RuntimeError("airflow was imported before configure_env(); its settings are already fixed")
         _HOME = Path(tempfile.mkdtemp(prefix="airflow-test-"))
+        (_HOME / "test_passwords.json").write_text(json.dumps({TEST_USER: TEST_PASSWORD}))
         os.environ.update(airflow_env(_HOME))
         if str(REPO) not in sys.path:
             sys.path.insert(0, str(REPO))
@@ -140,8 +144,7 @@ def start_standalone(home: Path, extra_env: dict[str, str] | None = None, ready_
     """
     home.mkdir(parents=True, exist_ok=True)
     port = free_port()
-    passwords = home / "test_passwords.json"
-    passwords.write_text(json.dumps({TEST_USER: TEST_PASSWORD}))
+    (home / "test_passwords.json").write_text(json.dumps({TEST_USER: TEST_PASSWORD}))
     env = {
         **os.environ,
         **airflow_env(home),
@@ -150,8 +153,6 @@ def start_standalone(home: Path, extra_env: dict[str, str] | None = None, ready_
         "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{port}",
         "AIRFLOW__API__WORKERS": "1",
         "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/",
-        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{TEST_USER}:admin",
-        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(passwords),
         "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
         "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "1",
         "AIRFLOW__SCHEDULER__ENABLE_HEALTH_CHECK": "False",
@@ -177,3 +178,143 @@ def start_standalone(home: Path, extra_env: dict[str, str] | None = None, ready_
         time.sleep(1.0)
     server.stop()
     raise RuntimeError(f"airflow standalone not healthy after {ready_timeout}s:\n{server.log_tail()}")
+
+
+@dataclass
+class InProcessApi:
+    """The real Airflow API app (REST, auth, plugins) served by uvicorn on loopback in a thread.
+
+    Starts in a few seconds instead of the ~20 s of a separate ``airflow api-server``, and serves real
+    HTTP, so the plugin's call back into ``/api/v2`` on the same server works as in production.
+    """
+
+    port: int
+    server: object
+    thread: object
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def request(self, method: str, path: str, body: object | None = None, token: str | None = None,
+                timeout: float = 30.0) -> tuple[int, bytes, dict[str, str]]:
+        return AirflowServer.request(self, method, path, body, token, timeout)  # type: ignore[arg-type]
+
+    def token(self, username: str = TEST_USER, password: str = TEST_PASSWORD) -> str:
+        return AirflowServer.token(self, username, password)  # type: ignore[arg-type]
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=15)
+
+
+def start_inprocess_api(ready_timeout: float = 60.0) -> InProcessApi:
+    import threading
+
+    import uvicorn
+    from airflow.api_fastapi.app import create_app
+
+    configure_env()
+    port = free_port()
+    config = uvicorn.Config(create_app(), host="127.0.0.1", port=port, log_level="warning", lifespan="on")
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, name="airflow-api-test", daemon=True)
+    thread.start()
+    api = InProcessApi(port=port, server=server, thread=thread)
+    deadline = time.monotonic() + ready_timeout
+    while time.monotonic() < deadline:
+        if server.started:
+            return api
+        if not thread.is_alive():
+            raise RuntimeError("in-process Airflow API server exited during startup")
+        time.sleep(0.1)
+    api.stop()
+    raise RuntimeError(f"in-process Airflow API server not up after {ready_timeout}s")
+
+
+def sync_dags_to_db() -> None:
+    """Parse dags/ and store the DAGs in the metadata DB, as the dag-processor would."""
+    from airflow.dag_processing.bundles.manager import DagBundlesManager
+    from airflow.dag_processing.dagbag import BundleDagBag, sync_bag_to_db
+
+    manager = DagBundlesManager()
+    manager.sync_bundles_to_db()
+    for bundle in manager.get_all_dag_bundles():
+        if not bundle.is_initialized:
+            bundle.initialize()
+        bag = BundleDagBag(dag_folder=bundle.path, bundle_path=bundle.path, bundle_name=bundle.name)
+        assert bag.import_errors == {}, bag.import_errors
+        sync_bag_to_db(bag, bundle.name, bundle.version)
+
+
+class LoopbackSite:
+    """A tiny linked website on 127.0.0.1 for a handful of ``*.test`` hosts (routed by Host header).
+
+    Enough for a real crawl round through Airflow: robots.txt, HTML pages that link across two hosts,
+    one page that changes on every fetch (so a recrawl sees a new digest). The crawler reaches it
+    through a ``resolve`` rule (``resolve_rule``), exactly as it reaches the simulated web.
+    """
+
+    HOSTS = ("www.alpha.test", "blog.alpha.test")
+    PAGES = 6
+
+    def __init__(self) -> None:
+        import http.server
+        import threading
+
+        site = self
+        self.hits = 0
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_GET(self) -> None:  # noqa: N802 - http.server API
+                site.hits += 1
+                host = (self.headers.get("Host") or "").split(":")[0]
+                status, ctype, body = site.page(host, self.path)
+                data = body.encode()
+                self.send_response(status)
+                self.send_header("Content-Type", ctype)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.port = self.httpd.server_address[1]
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread.start()
+
+    @property
+    def resolve_rule(self) -> str:
+        return f"*.alpha.test=127.0.0.1:{self.port}"
+
+    def seed_urls(self, n: int = 1) -> list[str]:
+        return [f"http://{h}/" for h in self.HOSTS][:n]
+
+    def page(self, host: str, path: str) -> tuple[int, str, str]:
+        if host not in self.HOSTS:
+            return 404, "text/plain", "no such host"
+        if path == "/robots.txt":
+            return 200, "text/plain", "User-agent: *\nAllow: /\n"
+        other = self.HOSTS[1 - self.HOSTS.index(host)]
+        if path == "/":
+            idx = -1
+        elif path.startswith("/p") and path[2:].isdigit() and int(path[2:]) < self.PAGES:
+            idx = int(path[2:])
+        else:
+            return 404, "text/html", "<html><body>not found</body></html>"
+        links = "".join(f'<a href="/p{i}">page {i}</a> ' for i in range(self.PAGES) if i != idx)
+        links += f'<a href="http://{other}/">the other host</a>'
+        extra = f"<p>visit {self.hits}</p>" if path == "/p0" else ""
+        words = " ".join(f"{host.split('.')[0]}-word{(idx + 7) * k % 97}" for k in range(1, 60))
+        body = (f"<html><head><title>{host} {path}</title></head><body><h1>{host} {path}</h1>"
+                f"<p>{words}</p>{extra}{links}</body></html>")
+        return 200, "text/html; charset=utf-8", body
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()

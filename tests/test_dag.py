@@ -5,7 +5,7 @@ a time, the round's time)."""
 from __future__ import annotations
 
 import importlib.util
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -150,3 +150,90 @@ def test_default_seeds_file(module, monkeypatch: pytest.MonkeyPatch, tmp_path: P
     monkeypatch.delenv("RECRAWL_SEEDS_FILE")
     shipped = module.default_seeds()
     assert shipped and all(s.startswith(("http://", "https://")) for s in shipped)
+
+
+# ---- full rounds through the DAG (dag.test: real tasks, real engine, a real site on loopback) ------
+
+@pytest.fixture(scope="module")
+def site():
+    from airflow_harness import LoopbackSite
+
+    s = LoopbackSite()
+    yield s
+    s.close()
+
+
+@pytest.fixture(scope="module")
+def dag_env(site, tmp_path_factory):
+    """A migrated metadata DB, the crawl root and resolve rule in env (the subprocess inherits them)."""
+    import os
+
+    from airflow_harness import init_db
+
+    init_db()
+    root = tmp_path_factory.mktemp("crawlroot")
+    saved = {k: os.environ.get(k) for k in ("CRAWL_ROOT", "CRAWL_RESOLVE", "RECRAWL_TASK_RETRIES")}
+    # No retries here: a failing task fails the run at once instead of after minutes of backoff.
+    os.environ.update({"CRAWL_ROOT": str(root), "CRAWL_RESOLVE": site.resolve_rule, "RECRAWL_TASK_RETRIES": "0"})
+    yield root
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+
+
+def _index(root: Path, crawl_id: str):
+    import duckdb
+
+    glob = f"{root}/index/crawl={crawl_id}/subset=warc/*.parquet"
+    return duckdb.sql(
+        f"SELECT url, fetch_status, fetch_time, warc_filename, warc_record_offset, warc_record_length, round "
+        f"FROM read_parquet('{glob}', hive_partitioning=false) ORDER BY round, url").to_arrow_table().to_pylist()
+
+
+@pytest.fixture(scope="module")
+def run_dag(dag_env):
+    """The DAG parsed with the test env (no retries), for dag.test()."""
+    return _bag().dags["recrawl"]
+
+
+def test_two_rounds_through_the_dag(run_dag, dag_env: Path, site) -> None:
+    import gzip
+
+    t1 = datetime(2026, 5, 1, 10, tzinfo=UTC)
+    conf = {"crawl_id": "dagtest", "seeds": site.seed_urls(2), "politeness_delay_s": 0.0, "max_pages": 50}
+    run1 = run_dag.test(run_conf=conf, logical_date=t1)
+    assert run1.state == "success", run1.state
+    rows = _index(dag_env, "dagtest")
+    assert {r["url"] for r in rows if r["round"] == 1} == set(site.seed_urls(2))
+    for r in rows:
+        assert r["fetch_status"] == 200
+        # The stored WARC record is where the index says, and it is this URL's response.
+        with open(dag_env / r["warc_filename"], "rb") as fh:
+            fh.seek(r["warc_record_offset"])
+            record = gzip.decompress(fh.read(r["warc_record_length"]))
+        assert record.startswith(b"WARC/1.1") and f"WARC-Target-URI: {r['url']}".encode() in record
+    # The round's time is the run's data-interval end, not the wall clock.
+    assert {r["fetch_time"].astimezone(UTC).date() for r in rows} == {t1.date()}
+
+    # Round 2, a week later, no seeds in conf: nothing injected, discovered links fetched, seeds recrawled.
+    t2 = t1 + timedelta(days=7)
+    run2 = run_dag.test(run_conf={"crawl_id": "dagtest", "politeness_delay_s": 0.0, "max_pages": 50}, logical_date=t2)
+    assert run2.state == "success", run2.state
+    rows = _index(dag_env, "dagtest")
+    round2 = [r for r in rows if r["round"] == 2]
+    assert len(round2) > 2 and all(r["fetch_time"].astimezone(UTC).date() == t2.date() for r in round2)
+    assert {r["url"] for r in round2} - set(site.seed_urls(2)), "round 2 fetched no discovered URL"
+    from crawl import api
+
+    summary = api.crawl_summary(str(dag_env), "dagtest")
+    assert summary["last_round"] == 2 and summary["fetched"] >= len({r["url"] for r in rows})
+
+
+def test_bad_seeds_fail_inject_and_write_nothing(run_dag, dag_env: Path) -> None:
+    run = run_dag.test(run_conf={"crawl_id": "badseeds", "seeds": ["ftp://nope.example/", "http://fine.alpha.test/"]})
+    assert run.state == "failed"
+    states = {ti.task_id: ti.state for ti in run.get_task_instances()}
+    assert states["inject"] == "failed" and states["generate"] in ("upstream_failed", None)
+    assert not list(dag_env.glob("*/crawl=badseeds*")), "a failed inject must write nothing"
