@@ -44,6 +44,15 @@ def test_generation_time_200_hosts() -> None:
     assert elapsed < 5.0, elapsed  # budget ~3 s; slack for a shared 2-core machine
 
 
+def test_scales_to_1000_hosts() -> None:
+    t = time.perf_counter()
+    m = M.build(M.SimParams(seed=5, hosts=1000, pages_per_host=50))
+    assert time.perf_counter() - t < 12.0
+    assert len(m.hosts) == 1000 and 40_000 < m.n_pages < 65_000 and len(set(m.host_index)) == 1000
+    v = m.version_at(np.arange(m.n_pages), T_AT)
+    assert v.shape == (m.n_pages,) and v.max() > 1000
+
+
 def test_hosts_named_by_kind_and_heavy_tailed(web: M.Model) -> None:
     kinds = {h.kind for h in web.hosts}
     assert set(M.NORMAL_KINDS) | {"mirror", "hostile", "trap"} <= kinds

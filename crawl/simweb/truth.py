@@ -132,9 +132,14 @@ def truth_table(model: M.Model, at: float | None = None) -> pa.Table:
         "malformed": pa.array((model.flags & 2) > 0, pa.bool_()),
         "base_href": pa.array((model.flags & 1) > 0, pa.bool_()),
         "charset": pa.array([hosts[h].charset for h in ph], pa.string()),
-        "noisy": pa.array([hosts[h].noisy for h in ph], pa.bool_()) ,
+        "noisy": pa.array([hosts[h].noisy for h in ph], pa.bool_()),
         "host_robots": pa.array([hosts[h].robots for h in ph], pa.string()),
         "crawl_delay": pa.array([hosts[h].crawl_delay for h in ph], pa.float64()),
+        "host_sitemap": pa.array([hosts[h].sitemap for h in ph], pa.string()),
+        "host_lastmod": pa.array([hosts[h].lastmod if hosts[h].sitemap != "none" else None for h in ph],
+                                 pa.string()),
+        "host_conditional": pa.array([hosts[h].conditional for h in ph], pa.bool_()),
+        "host_mode": pa.array([hosts[h].mode or None for h in ph], pa.string()),
     })
 
 
