@@ -1,0 +1,252 @@
+"""Crawl API: a FastAPI app mounted on the Airflow API server at ``/crawl``.
+
+Endpoints (every one needs an Airflow login: ``Authorization: Bearer <token>`` or the UI's cookie):
+
+* ``POST /crawl/crawls``            start a crawl: seeds are checked by the engine, then the ``recrawl``
+                                    DAG is triggered with them; answers the crawl id and DAG run id.
+* ``GET  /crawl/crawls``            the crawl ids under the crawl root.
+* ``GET  /crawl/crawls/{crawl_id}`` counts (known, fetched, queued, failed, gone, duplicates), last round.
+* ``GET  /crawl/pages?url=&crawl_id=[&body=1]``  the latest capture of a URL (canonicalised by the
+                                    engine); ``body=1`` streams the stored payload.
+* ``GET  /crawl/summary``           an HTML page of all crawls (linked in the UI's nav).
+
+How a run is triggered. The plugin calls the public REST API of the same server,
+``POST /api/v2/dags/recrawl/dagRuns``, with the caller's own token. That is Airflow's stable,
+documented interface (the route's implementation and ``airflow.api.common`` are internal and changed
+between 3.x releases); it checks that *this* user may trigger the DAG (not just that they are logged
+in), validates the conf against the DAG's Params with the same messages as the trigger form, and
+records the user as the run's trigger. The server address is the socket this request came in on
+(``RECRAWL_AIRFLOW_API_URL`` overrides it, e.g. behind a proxy).
+
+The crawl root is ``CRAWL_ROOT``, else ``$AIRFLOW_HOME/crawldata`` — the same rule as dags/recrawl.py.
+Engine calls (DuckDB, Parquet reads) block, so endpoints are plain ``def``: FastAPI runs them in its
+thread pool and the server's event loop stays free.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import os
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Annotated, Any
+
+from airflow.api_fastapi.core_api.security import GetUserDep
+from airflow.plugins_manager import AirflowPlugin
+from fastapi import FastAPI, HTTPException, Query, Request
+from fastapi.responses import HTMLResponse, StreamingResponse
+from pydantic import BaseModel, Field
+
+from crawl.config import CRAWL_ID_RE
+
+DAG_ID = "recrawl"
+CrawlId = Annotated[str, Field(pattern=CRAWL_ID_RE.pattern)]
+BODY_CHUNK = 64 * 1024
+
+
+def crawl_root() -> str:
+    """``CRAWL_ROOT``, else ``$AIRFLOW_HOME/crawldata`` (same rule as the DAG)."""
+    root = os.environ.get("CRAWL_ROOT")
+    if root:
+        return root
+    home = os.environ.get("AIRFLOW_HOME") or str(Path.home() / "airflow")
+    return str(Path(home) / "crawldata")
+
+
+class CrawlRequest(BaseModel):
+    """The trigger form's fields; omitted ones fall back to the DAG's defaults and ``CRAWL_*`` env."""
+
+    crawl_id: CrawlId
+    seeds: list[str] = Field(min_length=1)
+    max_pages: int | None = Field(default=None, ge=1)
+    max_pages_per_host: int | None = Field(default=None, ge=0)
+    politeness_delay_s: float | None = Field(default=None, ge=0)
+    max_depth: int | None = Field(default=None, ge=0)
+    coverage_share: float | None = Field(default=None, ge=0, le=1)
+    allowed_hosts: str | None = None
+    dask_address: str | None = None
+
+
+app = FastAPI(title="Crawl API", description=__doc__)
+
+
+def _caller_token(request: Request) -> str:
+    auth = request.headers.get("authorization", "")
+    if auth.lower().startswith("bearer "):
+        return auth[7:].strip()
+    return request.cookies.get("_token", "")
+
+
+def _api_base(request: Request) -> str:
+    configured = os.environ.get("RECRAWL_AIRFLOW_API_URL")
+    if configured:
+        return configured.rstrip("/")
+    host, port = request.scope.get("server") or ("127.0.0.1", 8080)
+    if host in ("0.0.0.0", "::", None):
+        host = "127.0.0.1"
+    if ":" in host:
+        host = f"[{host}]"
+    return f"http://{host}:{port}"
+
+
+def _airflow_call(request: Request, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+    """Call the Airflow REST API on this server as the caller; returns (status, parsed JSON)."""
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(_api_base(request) + path, data=data, method=method)
+    req.add_header("Authorization", f"Bearer {_caller_token(request)}")
+    if data is not None:
+        req.add_header("Content-Type", "application/json")
+    try:
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            return resp.status, json.loads(resp.read() or b"null")
+    except urllib.error.HTTPError as exc:
+        raw = exc.read()
+        try:
+            return exc.code, json.loads(raw)
+        except ValueError:
+            return exc.code, {"detail": raw.decode(errors="replace")}
+    except OSError as exc:
+        raise HTTPException(502, f"Airflow API at {_api_base(request)} not reachable: {exc}") from exc
+
+
+@app.post("/crawls", status_code=201)
+def start_crawl(req: CrawlRequest, request: Request, user: GetUserDep) -> dict[str, Any]:
+    """Validate the seeds with the engine, then trigger one ``recrawl`` run with them."""
+    from crawl.config import ConfigError, load_config
+    from crawl.errors import SeedError
+    from crawl.round import validate_seeds
+
+    conf = req.model_dump(exclude_none=True)
+    overrides = {k: v for k, v in conf.items() if k not in ("seeds", "max_pages_per_host") and v != ""}
+    if "max_pages_per_host" in conf:
+        overrides["max_pages_per_host_per_round"] = conf["max_pages_per_host"]
+    try:
+        cfg = load_config(overrides={**overrides, "root": crawl_root()})
+        seeds = validate_seeds(req.seeds, cfg)
+    except SeedError as exc:
+        raise HTTPException(400, {"message": str(exc), "bad_seeds": [{"seed": s, "reason": r} for s, r in exc.bad]}) from exc
+    except ConfigError as exc:
+        raise HTTPException(400, str(exc)) from exc
+    status, run = _airflow_call(request, "POST", f"/api/v2/dags/{DAG_ID}/dagRuns",
+                                {"logical_date": None, "conf": conf})
+    if status >= 400:
+        detail = run.get("detail") if isinstance(run, dict) else run
+        raise HTTPException(status if status in (400, 401, 403, 404, 409, 422) else 502,
+                            f"triggering DAG {DAG_ID!r} failed: {detail}")
+    _, dag = _airflow_call(request, "GET", f"/api/v2/dags/{DAG_ID}")
+    return {
+        "crawl_id": req.crawl_id,
+        "dag_id": DAG_ID,
+        "dag_run_id": run["dag_run_id"],
+        "state": run.get("state"),
+        "seeds": seeds,
+        "dag_is_paused": bool(dag.get("is_paused")) if isinstance(dag, dict) else None,
+        "triggered_by": user.get_name(),
+    }
+
+
+@app.get("/crawls")
+def list_crawls(user: GetUserDep) -> dict[str, Any]:
+    from crawl import api
+
+    return {"crawls": api.list_crawls(crawl_root())}
+
+
+def _summary_or_404(crawl_id: str) -> dict[str, Any]:
+    from crawl import api
+
+    summary = api.crawl_summary(crawl_root(), crawl_id)
+    if summary is None:
+        raise HTTPException(404, f"unknown crawl {crawl_id!r}")
+    return summary
+
+
+@app.get("/crawls/{crawl_id}")
+def get_crawl(crawl_id: str, user: GetUserDep) -> dict[str, Any]:
+    if not CRAWL_ID_RE.match(crawl_id):
+        raise HTTPException(400, f"crawl_id must match {CRAWL_ID_RE.pattern}")
+    return {"crawl_id": crawl_id, **_summary_or_404(crawl_id)}
+
+
+@app.get("/pages", response_model=None)
+def get_page(
+    user: GetUserDep,
+    url: Annotated[str, Query(min_length=1, max_length=8192)],
+    crawl_id: Annotated[str | None, Query()] = None,
+    body: Annotated[bool, Query()] = False,
+) -> dict[str, Any] | StreamingResponse:
+    """The latest capture of ``url`` in ``crawl_id`` (or, without it, the latest across all crawls)."""
+    from crawl import api
+
+    if not url.lower().startswith(("http://", "https://")):
+        raise HTTPException(400, "url must be an absolute http(s) URL")
+    root = crawl_root()
+    if crawl_id is not None:
+        if not CRAWL_ID_RE.match(crawl_id):
+            raise HTTPException(400, f"crawl_id must match {CRAWL_ID_RE.pattern}")
+        _summary_or_404(crawl_id)
+        crawl_ids = [crawl_id]
+    else:
+        crawl_ids = api.list_crawls(root)
+    found = []
+    for cid in crawl_ids:
+        try:
+            capture = api.lookup(root, cid, url)
+        except ValueError as exc:  # the engine could not canonicalise it
+            raise HTTPException(400, str(exc)) from exc
+        if capture is not None:
+            found.append({"crawl_id": cid, **capture})
+    if not found:
+        raise HTTPException(404, f"unknown URL {url!r}" + (f" in crawl {crawl_id!r}" if crawl_id else ""))
+    capture = max(found, key=lambda c: str(c.get("fetch_time") or ""))
+    if not body:
+        return json.loads(json.dumps(capture, default=str))
+    if not capture.get("warc_filename"):
+        raise HTTPException(404, f"no stored body for {url!r} (fetch status {capture.get('fetch_status')!r})")
+    payload = api.read_body(root, capture)
+    media = str(capture.get("content_mime_type") or "application/octet-stream")
+    chunks = (payload[i:i + BODY_CHUNK] for i in range(0, len(payload), BODY_CHUNK))
+    return StreamingResponse(chunks, media_type=media, headers={
+        "X-Crawl-Id": capture["crawl_id"],
+        "X-Capture-Url": str(capture.get("url", "")),
+        "X-Content-Digest": str(capture.get("content_digest") or ""),
+    })
+
+
+@app.get("/summary", response_class=HTMLResponse)
+def summary_page(user: GetUserDep) -> str:
+    """A plain HTML table of all crawls, shown in the Airflow UI as an external view."""
+    from crawl import api
+
+    root = crawl_root()
+    rows = []
+    for cid in api.list_crawls(root):
+        s = api.crawl_summary(root, cid) or {}
+        cells = [cid] + [s.get(k, "") for k in ("known", "fetched", "queued", "failed", "gone", "duplicates",
+                                                 "last_round")]
+        rows.append("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in cells) + "</tr>")
+    head = "".join(f"<th>{h}</th>" for h in ("crawl", "known", "fetched", "queued", "failed", "gone",
+                                              "duplicates", "last round"))
+    body = "\n".join(rows) or '<tr><td colspan="8">no crawls yet: trigger the recrawl DAG</td></tr>'
+    return (
+        "<!doctype html><html><head><meta charset='utf-8'><title>Crawls</title>"
+        "<style>body{font-family:sans-serif;margin:1rem}table{border-collapse:collapse}"
+        "td,th{border:1px solid #ccc;padding:.3rem .6rem;text-align:right}td:first-child{text-align:left}"
+        "</style></head><body>"
+        f"<h1>Crawls</h1><p>root: <code>{html.escape(root)}</code></p>"
+        f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></body></html>"
+    )
+
+
+class CrawlApiPlugin(AirflowPlugin):
+    name = "crawl_api"
+    fastapi_apps = [{"app": app, "url_prefix": "/crawl", "name": "Crawl API"}]
+    external_views = [{
+        "name": "Crawls",
+        "href": "/crawl/summary",
+        "destination": "nav",
+        "category": "browse",
+        "url_route": "crawls",
+    }]
