@@ -282,7 +282,7 @@ def test_sitemaps_lastmod_tracks_truth(simweb) -> None:
         assert len(urls) == idx.count
         liar = simweb.request(flavours[("single", "now")].base + "/sitemap.xml")[2].decode()
         assert set(re.findall(r"<lastmod>(.*?)</lastmod>", liar)) <= {
-            time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t + d)) for d in range(0, 5)}
+            time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t + d)) for d in range(0, 10)}
         absent = simweb.request(flavours[("single", "absent")].base + "/sitemap.xml")[2].decode()
         assert "<loc>" in absent and "<lastmod>" not in absent
     finally:
@@ -307,7 +307,7 @@ def test_access_log_gaps_and_concurrency(simweb) -> None:
     time.sleep(1.2)  # the log is flushed at least once a second
     rep = {r["host"]: r for r in politeness_report(simweb.access_log, user_agent_like=ua_seq).to_pylist()}
     assert rep[seq.name]["requests"] == 4 and rep[seq.name]["max_in_flight"] == 1
-    assert 0.29 <= rep[seq.name]["min_gap_s"] < 0.6
+    assert 0.29 <= rep[seq.name]["min_gap_s"] < 1.0
     rep = {r["host"]: r for r in politeness_report(simweb.access_log, user_agent_like=ua_conc).to_pylist()}
     assert rep[conc.name]["requests"] == 4 and rep[conc.name]["max_in_flight"] == 4
     assert rep[conc.name]["min_gap_s"] < 0.5

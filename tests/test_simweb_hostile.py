@@ -96,7 +96,7 @@ def test_slow_stall_and_others_undisturbed(simweb) -> None:
     t = time.monotonic()
     good = simweb.model.good_hosts()[0]
     assert simweb.request(good.base + "/")[0] == 200
-    assert time.monotonic() - t < 1.0
+    assert time.monotonic() - t < 2.0
     # the stalled handler noticed the disconnect and ended (bounded): it is in the access log
     deadline = time.monotonic() + 5
     rows = []
@@ -187,7 +187,7 @@ def test_sigterm_shuts_down_cleanly_during_stall(make_simweb) -> None:
     time.sleep(0.3)
     t = time.monotonic()
     rc = sw.stop(timeout=15)
-    assert rc == 0 and time.monotonic() - t < 4
+    assert rc == 0 and time.monotonic() - t < 6
     s.close()
     e.close()
     lines = sw.access_log.read_text().splitlines()
