@@ -679,12 +679,6 @@ _P = r"A-Za-z0-9\-_~!$&'()*+,;=:@\[\]|"      # path characters but '.', '/', '%'
 _Q = r"A-Za-z0-9\-._~!$&()*+,;=:@/?\[\]|{}`^"  # query characters but '%'
 _ESC = r"%(?i:[01][0-9a-f]|2[0-9a-cf]|3[a-f]|40|5[b-e]|60|7[b-df]|[89a-f][0-9a-f])"
 _PORT = r"(?:[1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5])"
-_SIMPLE_PAT = (
-    rf"^https?://(?:[A-Za-z0-9\-]+\.)*[A-Za-z\-][A-Za-z0-9\-]*(?::{_PORT})?"
-    rf"(?:/(?:(?:[{_P}]|{_ESC})(?:[{_P}.]|{_ESC})*)?)*"
-    rf"(?:\?(?:[{_Q}]|{_ESC})*)?"
-    r"(?s:#.*)?$"
-)
 _SLASH, _QMARK, _HASH, _AMP, _EQ, _DASH, _COLON, _AT = (ord(c) for c in "/?#&=-:@")
 
 
@@ -780,24 +774,60 @@ def _rows_of(off: np.ndarray, pos: np.ndarray) -> np.ndarray:
     return np.searchsorted(off, pos, side="right") - 1
 
 
-def _simple_mask(arr: pa.Array) -> np.ndarray:
-    """Rows of the simple class (see ``_SIMPLE_PAT``) without "xn--" anywhere; nulls are not simple."""
+def _simple_pattern(esc: str) -> str:
+    return (
+        rf"^https?://(?:[A-Za-z0-9\-]+\.)*[A-Za-z\-][A-Za-z0-9\-]*(?::{_PORT})?"
+        rf"(?:/(?:(?:[{_P}]|{esc})(?:[{_P}.]|{esc})*)?)*"
+        rf"(?:\?(?:[{_Q}]|{esc})*)?"
+        r"(?s:#.*)?$"
+    )
+
+
+_SIMPLE_PAT = _simple_pattern(_ESC)  # what the vectorised path takes
+_UPPER_ESC = r"%(?:[01][0-9A-F]|2[0-9A-CF]|3[A-F]|40|5[B-E]|60|7[B-DF]|[89A-F][0-9A-F])"
+_STRICT_PAT = _simple_pattern(_UPPER_ESC)  # escapes already upper-case: the URL's bytes are kept
+
+
+def _classify(arr: pa.Array) -> tuple[np.ndarray, np.ndarray, pa.Array | None]:
+    """(simple rows, the simple rows with a lower-case escape, those rows as an array or None).
+
+    The strict pattern runs over the column; only rows it refuses (few, in real links) are tried
+    against the one that also accepts lower-case hex. "xn--" anywhere sends a row to the scalar path.
+    """
     import pyarrow.compute as pc
 
-    simple = pc.match_substring_regex(arr, _SIMPLE_PAT).fill_null(False).to_numpy(zero_copy_only=False)
+    simple = pc.match_substring_regex(arr, _STRICT_PAT).fill_null(False).to_numpy(zero_copy_only=False)
+    lower = np.zeros(len(arr), bool)
+    cand = np.flatnonzero(~simple)
+    sub = None
+    if len(cand):
+        cand_arr = arr.take(pa.array(cand))
+        loose = pc.match_substring_regex(cand_arr, _SIMPLE_PAT).fill_null(False).to_numpy(zero_copy_only=False)
+        if loose.any():
+            lower[cand[loose]] = True
+            simple |= lower
+            sub = cand_arr.filter(pa.array(loose))
     off, d = _buffers(arr)
     dash = np.flatnonzero(d[1:] == _DASH)  # position p: d[p + 1] == '-'
     dd = dash[(dash + 2 < len(d)) & (d[np.minimum(dash + 2, len(d) - 1)] == _DASH) & (dash >= 1)]
     if len(dd):  # "xn--" at dd - 1: an IDNA label, which the full parser must validate
-        xn = dd[((d[dd - 1] | 0x20) == ord("x")) & ((d[dd] | 0x20) == ord("n"))] - 1
-        simple[_rows_of(off, xn)] = False
-    return simple
+        xn = _rows_of(off, dd[((d[dd - 1] | 0x20) == ord("x")) & ((d[dd] | 0x20) == ord("n"))] - 1)
+        if len(xn) and lower[xn].any():
+            keep = ~np.isin(np.flatnonzero(lower), xn)
+            sub = sub.filter(pa.array(keep)) if sub is not None else None
+        simple[xn] = False
+        lower[xn] = False
+    return simple, lower, sub
+
+
+def _simple_mask(arr: pa.Array) -> np.ndarray:
+    """Rows of the simple class (see ``_SIMPLE_PAT``); nulls are not simple."""
+    return _classify(arr)[0]
 
 
 class _Simple(NamedTuple):
-    """Byte positions in a column of simple URLs (see ``_SIMPLE_PAT``)."""
+    """Byte positions of the simple rows of a column (see ``_SIMPLE_PAT``)."""
 
-    off: np.ndarray
     data: np.ndarray
     start: np.ndarray     # first byte of the row
     host: np.ndarray      # first byte of the host (after "://")
@@ -808,18 +838,26 @@ class _Simple(NamedTuple):
     end: np.ndarray       # the '#' or the end of the row: everything before it is the URL proper
 
 
-def _split_simple(arr: pa.Array) -> _Simple:
-    off, d = _buffers(arr)
-    start, stop = off[:-1], off[1:]
-    host = start + 7 + (d[np.minimum(start + 4, max(len(d) - 1, 0))] == ord("s")) if len(d) else start
+def _split_simple(off: np.ndarray, d: np.ndarray, rows: np.ndarray) -> _Simple:
+    """Boundaries of simple ``rows``: three byte scans ('#', '?', '/') over the data, then per-row
+    searches. A port is looked for only where a digit ends the authority."""
+    start, stop = off[rows], off[rows + 1]
+    host = start + 7 + (d[start + 4] == ord("s")) if len(rows) else start
     end = _first_in(np.flatnonzero(d == _HASH), host, stop)
-    qpos = np.flatnonzero(d == _QMARK)
-    host_end = _first_in(np.flatnonzero((d == _SLASH) | (d == _QMARK)), host, end)
-    q = _first_in(qpos, host_end, end)
-    port = _first_in(np.flatnonzero(d == _COLON), host, host_end)
-    default = np.zeros(len(start), bool)
-    has_port = np.flatnonzero(port < host_end)
-    if len(has_port):  # 1-5 digits (the pattern): add them up
+    q = _first_in(np.flatnonzero(d == _QMARK), host, end)
+    host_end = _first_in(np.flatnonzero(d == _SLASH), host, q)
+    port = host_end.copy()
+    default = np.zeros(len(rows), bool)
+    last = d[np.maximum(host_end - 1, 0)] if len(d) else np.zeros(len(rows), np.uint8)
+    cand = np.flatnonzero((last >= ord("0")) & (last <= ord("9")))
+    found = np.zeros(len(cand), bool)
+    for k in range(2, 7):  # ':' then 1-5 digits; the host itself holds no ':'
+        at = host_end[cand] - k
+        hit = ~found & (at >= host[cand]) & (d[np.maximum(at, 0)] == _COLON)
+        port[cand[hit]] = at[hit]
+        found |= hit
+    has_port = cand[found]
+    if len(has_port):
         p0, p1 = port[has_port] + 1, host_end[has_port]
         val = np.zeros(len(has_port), np.int64)
         for k in range(5):
@@ -827,48 +865,49 @@ def _split_simple(arr: pa.Array) -> _Simple:
             val = np.where(digit >= 0, val * 10 + digit, val)
         https = host[has_port] - start[has_port] == 8
         default[has_port] = np.where(https, val == 443, val == 80)
-    return _Simple(off, d, start, host, host_end, port, default, q, end)
+    return _Simple(d, start, host, host_end, port, default, q, end)
 
 
-def _upper_escapes(s: _Simple) -> _Simple:
-    """Upper-case the hex digits of every escape (a copy of the data when any is lower-case).
-
-    In simple rows every '%' before the '#' starts an escape; one in a fragment may change fragment
-    bytes, which are dropped anyway.
-    """
-    d = s.data
-    pct = np.flatnonzero(d == ord("%"))
-    if not len(pct):
-        return s
-    h = np.concatenate([pct + 1, pct + 2])
-    h = h[h < len(d)]
-    low = h[(d[h] >= ord("a")) & (d[h] <= ord("f"))]
-    if not len(low):
-        return s
+def _upper_escapes(off: np.ndarray, d: np.ndarray, rows: np.ndarray, sub: pa.Array) -> np.ndarray:
+    """A copy of ``d`` with the hex digits of every escape in ``rows`` (given again as the array
+    ``sub``) upper-cased, as ``_norm_pct`` does; a '%' in a fragment may change bytes that are dropped."""
+    soff, sd = _buffers(sub)
+    pct = np.flatnonzero(sd == ord("%"))
+    r = _rows_of(soff, pct)
+    pos = off[rows[r]] + (pct - soff[r])
     d = d.copy()
-    d[low] -= 32
-    return s._replace(data=d)
+    for h in (pos + 1, pos + 2):
+        h = h[h < len(d)]
+        low = h[(d[h] >= ord("a")) & (d[h] <= ord("f"))]
+        d[low] -= 32
+    return d
 
 
-def _params(s: _Simple, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(row, first byte, end byte) of every '&'-separated query parameter of ``rows``, in URL order.
-
-    Empty parameters are included (start == end); the caller drops them.
-    """
-    qlo, qhi = s.q[rows] + 1, s.end[rows]
-    amp = np.flatnonzero(s.data == _AMP)
-    amp_row_local = np.searchsorted(qlo, amp, side="right") - 1  # rows are in byte order
-    ok = amp_row_local >= 0
-    ok[ok] &= amp[ok] < qhi[amp_row_local[ok]]
-    amp, amp_row_local = amp[ok], amp_row_local[ok]
-    pstart = np.concatenate([qlo, amp + 1])
-    prow = np.concatenate([np.arange(len(rows)), amp_row_local])
+def _params(s: _Simple) -> tuple[np.ndarray, np.ndarray, np.ndarray, pa.Array, np.ndarray]:
+    """(row, first byte, end byte, name) of every non-empty '&'-separated query parameter, in URL
+    order, plus a flag per row for empty parameters. Scans only the query bytes (copied out through
+    string views), not the whole column."""
+    qrows = np.flatnonzero(s.end - s.q > 1)
+    qa = _view_array([s.data], None, s.q[qrows] + 1, s.end[qrows] - s.q[qrows] - 1)
+    qoff, qd = _buffers(qa)
+    amp = np.flatnonzero(qd == _AMP)
+    # a parameter after a trailing '&' starts where the next row's first one does: the stable sort
+    # must put it first, so the '&' starts come first in the concatenation
+    pstart = np.concatenate([amp + 1, qoff[:-1]])
+    prow = np.concatenate([_rows_of(qoff, amp), np.arange(len(qrows))])
     order = np.argsort(pstart, kind="stable")
     pstart, prow = pstart[order], prow[order]
     nxt_same = np.zeros(len(prow), bool)
     nxt_same[:-1] = prow[1:] == prow[:-1]
-    pend = np.where(nxt_same, np.roll(pstart, -1) - 1, qhi[prow])
-    return rows[prow], pstart, pend
+    pend = np.where(nxt_same, np.roll(pstart, -1) - 1, qoff[prow + 1])
+    empty_rows = np.zeros(len(s.start), bool)
+    keep = pend > pstart
+    empty_rows[qrows[prow[~keep]]] = True
+    prow, pstart, pend = prow[keep], pstart[keep], pend[keep]
+    name_end = _first_in(np.flatnonzero(qd == _EQ), pstart, pend)
+    names = _view_array([qd], None, pstart, name_end - pstart)
+    shift = s.q[qrows][prow] + 1 - qoff[prow]  # query coordinates -> column coordinates
+    return qrows[prow], pstart + shift, pend + shift, names, empty_rows
 
 
 def _sorted_within_rows(rows: np.ndarray, keys: pa.Array) -> np.ndarray:
@@ -909,71 +948,83 @@ def _lower_bytes(b: np.ndarray) -> np.ndarray:
     return b + (((b >= ord("A")) & (b <= ord("Z"))).astype(np.uint8) << 5)
 
 
-def _padded(b: np.ndarray) -> np.ndarray:
-    return np.concatenate([b, np.zeros(16, np.uint8)])
+def _u32_at(buf: np.ndarray, pos: np.ndarray) -> np.ndarray:
+    """The little-endian 4-byte words starting at each byte position (unaligned reads, no copy of
+    ``buf``); bytes past its end read as 0."""
+    if len(buf) < 4:
+        tail = np.zeros(24, np.uint8)
+        tail[:len(buf)] = buf
+        return np.ndarray(shape=(21,), dtype="<u4", buffer=tail, strides=(1,))[np.minimum(pos, 20)]
+    words = np.ndarray(shape=(len(buf) - 3,), dtype="<u4", buffer=buf, strides=(1,))
+    last = len(buf) - 4
+    out = words[np.minimum(pos, last)]
+    over = np.flatnonzero(pos > last)
+    if len(over):  # the last few bytes: shift the last word right, zeros come in
+        shift = np.minimum(pos[over] - last, 4).astype("<u4") * 8
+        out[over] = np.where(shift >= 32, 0, out[over] >> np.minimum(shift, 31))
+    return out
 
 
-def _u32_at(padded: np.ndarray, pos: np.ndarray) -> np.ndarray:
-    """The little-endian 4-byte words starting at each byte position (unaligned reads, no copy)."""
-    words = np.ndarray(shape=(len(padded) - 3,), dtype="<u4", buffer=padded, strides=(1,))
-    return words[pos]
+_SHORT_MASKS = np.array([0, 0xFF, 0xFFFF, 0xFFFFFF, 0xFFFFFFFF], "<u4")
 
 
-def _view_array(buffers: Sequence[np.ndarray], which: np.ndarray, start: np.ndarray,
-                length: np.ndarray) -> pa.Array:
-    """``pa.string()`` of byte ranges ``buffers[which][start:start+length]``, via an Arrow string-view
-    array: the views point into the buffers, and the one cast to ``string`` is a C++ copy per row, so no
-    Python or NumPy work is spent per byte."""
+def _view_array(buffers: Sequence[np.ndarray], which: np.ndarray | None, start: np.ndarray,
+                length: np.ndarray, valid: np.ndarray | None = None) -> pa.Array:
+    """``pa.string()`` of byte ranges ``buffers[which][start:start+length]`` (null where not ``valid``).
+
+    Built as an Arrow string-view array whose views point into the buffers; the one cast to ``string``
+    is a C++ copy per row, so no Python or NumPy work is spent per byte. A view is 16 bytes: length,
+    then either the string inline (up to 12 bytes) or its first 4 bytes, buffer index and offset.
+    """
     n = len(start)
-    views = np.zeros((n, 4), "<u4")
-    views[:, 0] = length
+    length = length.astype(np.int64, copy=False)
+    w0 = np.zeros(n, "<u4")
+    w1 = np.zeros(n, "<u4")
+    w2 = np.zeros(n, "<u4")
     short = length <= 12
     for i, buf in enumerate(buffers):
-        rows = np.flatnonzero(which == i) if len(buffers) > 1 else np.arange(n)
-        if not len(rows):
-            continue
-        padded = _padded(buf)
-        st = start[rows]
-        sh = short[rows]
-        views[rows, 1] = _u32_at(padded, st)
-        lr, sr = rows[~sh], rows[sh]
-        views[lr, 2] = i
-        views[lr, 3] = st[~sh]
-        if len(sr):
-            ln = length[sr].astype(np.int64)
-            sst = start[sr]
-            for k in range(3):
-                keep = np.clip(ln - 4 * k, 0, 4) * 8
-                mask = ((np.uint64(1) << keep.astype(np.uint64)) - np.uint64(1)).astype("<u4")
-                word = views[sr, 1] if k == 0 else _u32_at(padded, sst + 4 * k)
-                views[sr, 1 + k] = word & mask
-    bufs = [None, pa.py_buffer(views)] + [pa.py_buffer(b) for b in buffers]
+        if which is None:
+            rows = None
+            st, ln, sh = start, length, short
+        else:
+            rows = np.flatnonzero(which == i)
+            if not len(rows):
+                continue
+            st, ln, sh = start[rows], length[rows], short[rows]
+        a = _u32_at(buf, st) & _SHORT_MASKS[np.minimum(ln, 4)]
+        b = _u32_at(buf, st + 4) & _SHORT_MASKS[np.clip(ln - 4, 0, 4)]
+        c = _u32_at(buf, st + 8) & _SHORT_MASKS[np.clip(ln - 8, 0, 4)]
+        b = np.where(sh, b, np.uint32(i))
+        c = np.where(sh, c, st.astype("<u4"))
+        if rows is None:
+            w0, w1, w2 = a, b, c
+        else:
+            w0[rows], w1[rows], w2[rows] = a, b, c
+    views = np.stack([length.astype("<u4"), w0, w1, w2], axis=1)
+    validity = None
+    if valid is not None and not valid.all():
+        validity = pa.py_buffer(np.packbits(valid, bitorder="little"))
+        views[~valid] = 0
+    bufs = [validity, pa.py_buffer(views)] + [pa.py_buffer(b) for b in buffers]
     return pa.Array.from_buffers(pa.string_view(), n, bufs).cast(pa.string())
 
 
-def _canon_simple(arr: pa.Array, tracking: frozenset[str]) -> pa.Array:
-    """:func:`canonicalize` of simple URLs by byte ranges: lower-case host, '/' for an empty path, no
-    fragment, query parameters without empties and tracking names, stably sorted by name.
+def _canon_ranges(s: _Simple, tracking: frozenset[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray,
+                                                                  np.ndarray]:
+    """:func:`canonicalize` of simple rows as byte ranges: (in side buffer?, start, length, side buffer).
 
-    Most rows come out as one range of the input (cut before the '#', or before a '?' whose parameters
-    all go); only rows that need a change inside are reassembled from pieces into a side buffer.
+    Canonical = lower-case host, no default port, '/' for an empty path, no fragment, query parameters
+    without empties and tracking names, stably sorted by name. Most rows come out as one range of the
+    input (cut before the '#', or before a '?' whose parameters all go); only rows that need a change
+    inside are reassembled from pieces into the side buffer.
     """
     import pyarrow.compute as pc
 
-    s = _upper_escapes(_split_simple(arr))
     d = s.data
-    n = len(arr)
-    upper = np.flatnonzero(np.subtract(d, ord("A"), dtype=np.uint8) < 26)
-    host_upper = _count_in(upper, s.start, s.host_end) > 0
-    # query parameters
-    qrows = np.flatnonzero(s.end - s.q > 1)
-    prow, pstart, pend = _params(s, qrows)
-    changed = np.zeros(n, bool)
-    keep = pend > pstart
-    changed[prow[~keep]] = True
-    prow, pstart, pend = prow[keep], pstart[keep], pend[keep]
-    name_end = _first_in(np.flatnonzero(d == _EQ), pstart, pend)
-    names = _view_array([d], np.zeros(len(pstart), np.int8), pstart, name_end - pstart)
+    n = len(s.start)
+    prefix = _view_array([d], None, s.start, s.host_end - s.start)
+    host_upper = ~pc.ascii_is_lower(prefix).to_numpy(zero_copy_only=False)
+    prow, pstart, pend, names, changed = _params(s)
     if tracking and len(names):
         dropped = pc.is_in(pc.ascii_lower(names), value_set=pa.array(sorted(tracking), pa.string()))
         drop = dropped.to_numpy(zero_copy_only=False)
@@ -984,59 +1035,49 @@ def _canon_simple(arr: pa.Array, tracking: frozenset[str]) -> pa.Array:
     changed[prow[order != np.arange(len(order))]] = True
     prow, pstart, pend = prow[order], pstart[order], pend[order]
     nparams = np.bincount(prow, minlength=n)
-    empty_path = s.q == s.host_end
-    multi = host_upper | empty_path | s.default_port | (changed & (nparams > 0))
+    multi = host_upper | (s.q == s.host_end) | s.default_port | (changed & (nparams > 0))
     # one range: the URL up to the '#', or up to the '?' when no parameter is left
-    cut = np.where(nparams > 0, s.end, s.q)
-    start, length = s.start.copy(), cut - s.start
-    which = multi.astype(np.int8)
+    start = s.start.copy()
+    length = np.where(nparams > 0, s.end, s.q) - s.start
     m = np.flatnonzero(multi)
+    side = np.zeros(0, np.uint8)
     if len(m):
-        side, side_len = _assemble(s, m, prow, pstart, pend, nparams)
+        side, side_len = _assemble(s, m, prefix, prow, pstart, pend, nparams)
         start[m] = np.cumsum(side_len) - side_len
         length[m] = side_len
-        return _view_array([d, side], which, start, length)
-    return _view_array([d], which, start, length)
+    return multi, start, length, side
 
 
-def _assemble(s: _Simple, rows: np.ndarray, prow: np.ndarray, pstart: np.ndarray, pend: np.ndarray,
-              nparams: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Canonical bytes of ``rows`` from pieces: lower-cased scheme+host (+ a port unless it is the
-    default), path or '/', then '?' and the kept parameters (already in order) joined by '&'.
-
-    Returns (bytes, length per row).
+def _assemble(s: _Simple, rows: np.ndarray, prefix: pa.Array, prow: np.ndarray, pstart: np.ndarray,
+              pend: np.ndarray, nparams: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Canonical strings of ``rows`` joined from column pieces by Arrow kernels: lower-cased
+    scheme+host (+ a port unless it is the default), path or '/', then '?' and the kept parameters
+    (already in order) joined by '&'. Returns (bytes, length per row) of the strings.
     """
+    import pyarrow.compute as pc
+
     d = s.data
-    hlen = np.where(s.default_port[rows], s.port[rows], s.host_end[rows]) - s.start[rows]
-    lowered = _lower_bytes(_gather(d, s.start[rows], hlen))
-    consts = np.frombuffer(b"/?&", np.uint8)
-    src = np.concatenate([d, lowered, consts])
-    c_slash = len(d) + len(lowered)
-    c_q, c_amp = c_slash + 1, c_slash + 2
+    host = pc.ascii_lower(prefix.take(pa.array(rows)))
+    if s.default_port[rows].any():  # cut ":80" / ":443", the tail of the prefix
+        hoff, hd = _buffers(host)
+        keep = np.where(s.default_port[rows], (s.port - s.start)[rows], np.diff(hoff))
+        host = _view_array([hd], None, hoff[:-1], keep)
+    consts = np.frombuffer(b"/?", np.uint8)
+    plen = s.q[rows] - s.host_end[rows]
+    path = _view_array([d, consts], (plen == 0).astype(np.int8), np.where(plen > 0, s.host_end[rows], 0),
+                       np.where(plen > 0, plen, 1))
+    k = nparams[rows]
+    qmark = _view_array([consts], None, np.ones(len(rows), np.int64), (k > 0).astype(np.int64))
     local = np.full(len(s.start), -1, np.int64)
     local[rows] = np.arange(len(rows))
     sel = local[prow] >= 0
-    prow_l, pstart, pend = local[prow[sel]], pstart[sel], pend[sel]
-    k = nparams[rows]
-    per_row = 3 + 2 * k
-    base = np.cumsum(per_row) - per_row
-    total = int(per_row.sum())
-    rs = np.zeros(total, np.int64)
-    rl = np.zeros(total, np.int64)
-    rs[base] = len(d) + (np.cumsum(hlen) - hlen)
-    rl[base] = hlen
-    plen = s.q[rows] - s.host_end[rows]
-    rs[base + 1] = np.where(plen > 0, s.host_end[rows], c_slash)
-    rl[base + 1] = np.where(plen > 0, plen, 1)
-    rs[base + 2] = c_q
-    rl[base + 2] = k > 0
-    rank = _rank_in_rows(prow_l)
-    at = base[prow_l] + 3 + 2 * rank
-    rs[at] = c_amp
-    rl[at] = rank > 0
-    rs[at + 1] = pstart
-    rl[at + 1] = pend - pstart
-    return _gather(src, rs, rl), np.add.reduceat(rl, base)
+    values = _view_array([d], None, pstart[sel], pend[sel] - pstart[sel])
+    offsets = np.zeros(len(rows) + 1, np.int32)
+    np.cumsum(k, out=offsets[1:])
+    params = pc.binary_join(pa.ListArray.from_arrays(pa.array(offsets), values), "&")
+    out = pc.binary_join_element_wise(host, path, qmark, params, "")
+    off, data = _buffers(out)
+    return data, np.diff(off)
 
 
 def canonicalize_many(
@@ -1046,36 +1087,46 @@ def canonicalize_many(
     """:func:`canonicalize` over many URLs -> Arrow string array, null where rejected.
 
     Simple URLs (the bulk of extracted links, see ``_SIMPLE_PAT``) are canonicalised as a column with
-    NumPy byte-range kernels; the rest go through the scalar :func:`canonicalize`, each distinct string
-    once per call. Both give identical answers (tests compare them on adversarial inputs).
+    NumPy byte-position kernels and Arrow string views; the rest go through the scalar
+    :func:`canonicalize`, each distinct string once per call. Both give identical answers (tests
+    compare them on adversarial inputs).
     """
     tracking = _tracking_set(tuple(tracking_params))
     arr = _as_string_array(urls)
     n = len(arr)
-    simple = _simple_mask(arr) if n else np.zeros(0, bool)
-    idx_s = np.flatnonzero(simple)
-    if len(idx_s) == n:
-        return _canon_simple(arr, tracking) if n else pa.array([], pa.string())
-    idx_f = np.flatnonzero(~simple)
-    cache: dict[str, str | None] = {}
-    out: list[str | None] = []
-    append = out.append
-    for u in arr.take(pa.array(idx_f)).to_pylist():
-        if u is None:
-            append(None)
-            continue
-        r = cache.get(u, _MISSING)
-        if r is _MISSING:
-            r = cache[u] = _canonicalize(u, tracking)
-        append(r)
-    rest = pa.array(out, type=pa.string())
-    if not len(idx_s):
-        return rest
-    done = _canon_simple(arr.take(pa.array(idx_s)), tracking)
-    where = np.empty(n, np.int64)
-    where[idx_s] = np.arange(len(idx_s))
-    where[idx_f] = len(idx_s) + np.arange(len(idx_f))
-    return pa.concat_arrays([done, rest]).take(pa.array(where))
+    if n == 0:
+        return pa.array([], pa.string())
+    simple, lower, lower_arr = _classify(arr)
+    off, d = _buffers(arr)
+    if lower_arr is not None:
+        d = _upper_escapes(off, d, np.flatnonzero(lower), lower_arr)
+    rows = np.flatnonzero(simple)
+    multi, start_s, length_s, side = _canon_ranges(_split_simple(off, d, rows), tracking)
+    which = np.full(n, 2, np.int8)
+    which[rows] = multi
+    start = np.zeros(n, np.int64)
+    length = np.zeros(n, np.int64)
+    start[rows], length[rows] = start_s, length_s
+    valid = np.ones(n, bool)
+    rest = np.flatnonzero(~simple)
+    fb_data = np.zeros(0, np.uint8)
+    if len(rest):
+        cache: dict[str, str | None] = {}
+        out: list[str | None] = []
+        append = out.append
+        for u in arr.take(pa.array(rest)).to_pylist():
+            if u is None:
+                append(None)
+                continue
+            r = cache.get(u, _MISSING)
+            if r is _MISSING:
+                r = cache[u] = _canonicalize(u, tracking)
+            append(r)
+        fb = pa.array(out, type=pa.string())
+        fb_off, fb_data = _buffers(fb)
+        start[rest], length[rest] = fb_off[:-1], np.diff(fb_off)
+        valid[rest] = fb.is_valid().to_numpy(zero_copy_only=False)
+    return _view_array([d, side, fb_data], which, start, length, valid)
 
 
 _MISSING: object = object()
