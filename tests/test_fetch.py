@@ -125,7 +125,8 @@ ROBOTS_HOSTS = {
     "news-001.sim.test": "wildcards", "news-003.sim.test": "disallow", "news-005.sim.test": "bom",
     "archive-002.sim.test": "404", "news-006.sim.test": "5xx", "blog-005.sim.test": "delay 60",
     "news-004.sim.test": "delay 0.5", "news-002.sim.test": "redirect", "shop-002.sim.test": "agent-specific",
-    "archive-003.sim.test": "timeout", "blog-002.sim.test": "agent-block",
+    "archive-003.sim.test": "timeout", "blog-002.sim.test": "agent-block", "blog-001.sim.test": "huge",
+    "shop-004.sim.test": "redirect-cross",
 }
 
 
@@ -142,9 +143,13 @@ def test_politeness_and_robots_variants(simweb, tmp_path: Path) -> None:
                                 pc.invert(truth["robots_allowed"])))["url"].to_pylist()
     urls = list(dict.fromkeys(urls + priv[:20]))
     cfg = cfg_for(sw)
+    since = time.time()
     out = run(cfg, urls, tmp_path)
     rows = last_rows(out)
     log = log_for(sw, set(ROBOTS_HOSTS))
+    # every request carried our User-Agent (robots.txt included)
+    everyone = [r for r in read_log(sw.access_log).to_pylist() if r["host"] in ROBOTS_HOSTS and r["start"] >= since]
+    assert everyone and all(r["user_agent"] == cfg.user_agent for r in everyone)
     requested = {(r["host"], r["path"]) for r in log}
 
     allowed = dict(zip(truth["url"].to_pylist(), truth["robots_allowed"].to_pylist(), strict=True))
@@ -166,9 +171,13 @@ def test_politeness_and_robots_variants(simweb, tmp_path: Path) -> None:
     # 404 robots = allow all; BOM file still parsed (its /private/ rule holds)
     assert any(r["status"] == "fetched" for u, r in rows.items() if "archive-002" in u)
     assert any(r["status"] == "robots_denied" for u, r in rows.items() if "news-005" in u)
-    # robots.txt requested exactly once per host, with our User-Agent, and logged as robotstxt rows
+    # robots.txt requested exactly once per host and logged as robotstxt rows; redirected robots.txt
+    # followed (same host and cross host); the huge file's first rule still holds
     robots_req = [r for r in log if r["path"] == "/robots.txt"]
-    assert sorted(r["host"] for r in robots_req) == sorted(ROBOTS_HOSTS)
+    assert sorted(r["host"] for r in robots_req if r["host"] != "forum-001.sim.test") == \
+        sorted(h for h in ROBOTS_HOSTS if h != "forum-001.sim.test")
+    assert ("news-002.sim.test", "/robots-moved.txt") in requested
+    assert any(r["status"] == "robots_denied" for u, r in rows.items() if "blog-001" in u)
     assert set(pc.unique(out.fetches.filter(pc.equal(out.fetches["subset"], "robotstxt"))["host"])
                .to_pylist()) == set(ROBOTS_HOSTS)
     # 5xx robots: nothing but robots.txt was asked of that host
@@ -245,6 +254,15 @@ def test_hostile_limits(simweb, tmp_path: Path) -> None:
     assert not [r for r in log if r["host"] == target_host], "cross-host redirect target was fetched"
     rep = report_for(sw, {"hostile-001.sim.test"})["hostile-001.sim.test"]
     assert rep["max_in_flight"] == 1 and rep["min_gap_s"] >= 0.05
+
+
+def test_host_error_budget_defers_the_rest(simweb, tmp_path: Path) -> None:
+    sw = simweb
+    urls = [FAULT + n for n in ("500", "stall-accept", "404", "410")]
+    out = run(cfg_for(sw, max_host_errors=2, politeness_delay_s=0.05), urls, tmp_path)
+    rows = last_rows(out)
+    assert [rows[u]["status"] for u in urls] == ["retry", "retry", "deferred", "deferred"]
+    assert rows[urls[2]]["error"] == "host_errors"
 
 
 def test_429_retry_after_and_503_backoff(simweb, tmp_path: Path) -> None:
