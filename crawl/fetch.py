@@ -427,6 +427,12 @@ class _Fetcher:
             else:
                 await self._page(h, job)
             await self._backpressure()
+        except Exception as exc:  # a bug of ours must still leave a row for the URL (never lose one)
+            self.stats["internal_errors"] += 1
+            self.rows.append(_row(job, h.host, self.wall(), R.RETRY, error=f"internal:{type(exc).__name__}",
+                                  subset=SUBSET_ROBOTS if job.robots else SUBSET_DIAG))
+            if job.robots:
+                self.settle_host(h, R.DEFERRED, "robots_unavailable")
         finally:
             h.in_flight -= 1
             if job.robots:
@@ -513,7 +519,8 @@ class _Fetcher:
         elif 300 <= s < 400:
             self._redirect(h, job, t, r, base)
         elif s in (429, 503):
-            wait = parse_retry_after(r.retry_after, t)
+            # an HTTP-date is the server's real clock, so compare with ours, not the task's `now`
+            wait = parse_retry_after(r.retry_after, datetime.now(UTC))
             if wait is None:
                 wait = backoff_delay(cfg, h.backoff_n, h.rng)
                 h.backoff_n += 1
