@@ -1217,6 +1217,70 @@ def surt(url: str) -> str | None:
     return out
 
 
+def surts(urls: pa.Array | pa.ChunkedArray | Sequence[str | None]) -> pa.Array:
+    """:func:`surt` over many URLs -> Arrow string array (null where :func:`surt` gives None).
+
+    Simple URLs (see ``_SIMPLE_PAT``; canonical URLs nearly always are) get their key from column
+    kernels: host labels reversed through an Arrow list join, path and parameters lower-cased and the
+    parameters sorted per row; the rest call :func:`surt` one by one. Identical answers either way.
+    """
+    import pyarrow.compute as pc
+
+    arr = _as_string_array(urls)
+    n = len(arr)
+    if n == 0:
+        return pa.array([], pa.string())
+    simple = _classify(arr)[0]
+    off, d = _buffers(arr)
+    rows = np.flatnonzero(simple)
+    s = _split_simple(off, d, rows)
+    m = len(rows)
+    # host without a leading www/wwwN label, labels reversed and joined by ','
+    host_hi = np.where(s.port < s.host_end, s.port, s.host_end)
+    host = pc.replace_substring_regex(pc.ascii_lower(_view_array([d], None, s.host, host_hi - s.host)),
+                                      r"^www[0-9]*\.", "")
+    hoff, hd = _buffers(host)
+    dots = np.flatnonzero(hd == ord("."))
+    i0, i1 = np.searchsorted(dots, hoff[:-1]), np.searchsorted(dots, hoff[1:])
+    nlab = i1 - i0 + 1
+    # label j from the right of a row: between the dots at (i1 - 1 - j) and (i1 - j)
+    lab_row = np.repeat(np.arange(m), nlab)
+    j = np.arange(int(nlab.sum())) - np.repeat(np.cumsum(nlab) - nlab, nlab)
+    right = i1[lab_row] - j  # index of the dot after the label (i1 = the host's end)
+    lab_hi = np.where(right < i1[lab_row], dots[np.minimum(right, len(dots) - 1)], hoff[1:][lab_row])
+    lab_lo = np.where(right - 1 >= i0[lab_row], dots[np.maximum(right - 1, 0)] + 1, hoff[:-1][lab_row])
+    labels = _view_array([hd], None, lab_lo, lab_hi - lab_lo)
+    loff = np.zeros(m + 1, np.int32)
+    np.cumsum(nlab, out=loff[1:])
+    key = pc.binary_join(pa.ListArray.from_arrays(pa.array(loff), labels), ",")
+    consts = np.frombuffer(b"/?", np.uint8)
+    has_port = (s.port < s.host_end) & ~s.default_port
+    port = _view_array([d], None, s.port, np.where(has_port, s.host_end - s.port, 0))
+    # path: '/' when empty, a trailing '/' dropped unless it is the root
+    plen = s.q - s.host_end
+    plen = plen - ((plen > 1) & (d[np.maximum(s.q - 1, 0)] == _SLASH))
+    path = pc.ascii_lower(_view_array([d, consts], (plen == 0).astype(np.int8),
+                                      np.where(plen > 0, s.host_end, 0), np.where(plen > 0, plen, 1)))
+    prow, pstart, pend, _, _ = _params(s)
+    values = pc.ascii_lower(_view_array([d], None, pstart, pend - pstart))
+    order = _sorted_within_rows(prow, values)
+    values = values.take(pa.array(order))
+    k = np.bincount(prow, minlength=m)
+    qoff = np.zeros(m + 1, np.int32)
+    np.cumsum(k, out=qoff[1:])
+    query = pc.binary_join(pa.ListArray.from_arrays(pa.array(qoff), values), "&")
+    qmark = _view_array([consts], None, np.ones(m, np.int64), (k > 0).astype(np.int64))
+    done = pc.binary_join_element_wise(key, port, pa.scalar(")"), path, qmark, query, "")
+    rest = np.flatnonzero(~simple)
+    if not len(rest):
+        return done
+    slow = pa.array([None if u is None else surt(u) for u in arr.take(pa.array(rest)).to_pylist()], pa.string())
+    where = np.empty(n, np.int64)
+    where[rows] = np.arange(m)
+    where[rest] = m + np.arange(len(rest))
+    return pa.concat_arrays([done, slow]).take(pa.array(where))
+
+
 def politeness_key(url: str, mode: str = "host", resolver: Mapping[str, str] | None = None) -> str | None:
     """The key politeness is enforced on: the host, its registered domain, or its IP.
 
@@ -1348,116 +1412,153 @@ def filter_reason(url: str, depth: int, cfg: CrawlConfig) -> str | None:
     return None
 
 
-def _split_urls_arrow(
-    urls: pa.Array, is_https: pa.Array, need_host: bool = True
-) -> tuple[pa.Array | None, pa.Array, pa.Array]:
-    """(lower-case host, path, query) columns with the same answers as :func:`_split_url`.
+class _UrlParts(NamedTuple):
+    """Byte ranges of :func:`_split_url`'s pieces for every row of a column (``lo``/``hi`` pairs)."""
 
-    Built from plain split/slice kernels: Arrow's regex extraction is ~20x slower on this shape. Each
-    split gets a sentinel appended so that every row has both halves.
-    """
+    host_lo: np.ndarray
+    host_hi: np.ndarray
+    path_lo: np.ndarray   # path_lo == path_hi: the path is "/" (no slash before the query)
+    path_hi: np.ndarray
+    query_lo: np.ndarray  # query_lo == query_hi: no or an empty query
+    query_hi: np.ndarray
+
+
+def _split_url_bytes(off: np.ndarray, d: np.ndarray, rest: np.ndarray, need_host: bool) -> _UrlParts:
+    """What :func:`_split_url` computes, as byte ranges; ``rest`` is where the part after "://"
+    starts in each row."""
+    stop = off[1:]
+    end = _first_in(np.flatnonzero(d == _HASH), rest, stop)
+    slash = _first_in(np.flatnonzero(d == _SLASH), rest, end)
+    qmark = _first_in(np.flatnonzero(d == _QMARK), rest, end)
+    has_q = qmark < end
+    no_path = (slash == end) | (has_q & (qmark < slash))
+    auth_hi = np.where(no_path, np.where(has_q, qmark, end), slash)
+    path_lo = np.where(no_path, auth_hi, slash)
+    path_hi = np.where(no_path, auth_hi, np.where(has_q, qmark, end))
+    query_lo = np.where(has_q, qmark + 1, end)
+    host_lo = host_hi = auth_hi
+    if need_host:
+        at = _last_in(np.flatnonzero(d == _AT), rest, auth_hi)
+        host_lo = np.where(at >= 0, at + 1, rest)
+        v6 = (host_lo < auth_hi) & (d[np.minimum(host_lo, max(len(d) - 1, 0))] == ord("[")) if len(d) else host_lo < 0
+        close = _first_in(np.flatnonzero(d == ord("]")), host_lo, auth_hi)
+        colon = _first_in(np.flatnonzero(d == _COLON), host_lo, auth_hi)
+        # "[..." without ']' is cut to nothing (``host[:find("]") + 1]`` with find == -1)
+        host_hi = np.where(v6, np.where(close < auth_hi, close + 1, host_lo), colon)
+    return _UrlParts(host_lo, host_hi, path_lo, path_hi, query_lo, end)
+
+
+def _scope_ok(hosts: pa.Array, pattern: str) -> np.ndarray:
+    """``re.search(pattern, host)`` per host: RE2 over the column, Python ``re`` per distinct host when
+    the pattern uses syntax RE2 lacks (look-arounds, backreferences)."""
     import pyarrow.compute as pc
 
-    def halves(col: pa.Array, sep: str, reverse: bool = False) -> tuple[pa.Array, pa.Array]:
-        padded = pc.binary_join_element_wise(col, sep, "") if not reverse else (
-            pc.binary_join_element_wise(sep, col, ""))
-        lists = pc.split_pattern(padded, sep, max_splits=1, reverse=reverse)
-        return pc.list_element(lists, 0), pc.list_element(lists, 1)
-
-    rest = pc.if_else(is_https, pc.utf8_slice_codeunits(urls, 8), pc.utf8_slice_codeunits(urls, 7))
-    rest = pc.list_element(pc.split_pattern(rest, "#", max_splits=1), 0)
-    before, query_pad = halves(rest, "?")
-    query = pc.utf8_slice_codeunits(query_pad, 0, -1)
-    auth, path_pad = halves(before, "/")
-    path = pc.binary_join_element_wise("/", pc.utf8_slice_codeunits(path_pad, 0, -1), "")
-    if not need_host:
-        return None, path, query
-    _, hostport = halves(auth, "@", reverse=True)
-    plain_host, _ = halves(hostport, ":")
-    v6_host, _ = halves(hostport, "]")
-    v6 = pc.starts_with(hostport, "[")
-    host = pc.if_else(v6, pc.binary_join_element_wise(v6_host, "]", ""), plain_host)
-    return pc.utf8_lower(host), path, query
+    try:
+        return pc.match_substring_regex(hosts, pattern).fill_null(False).to_numpy(zero_copy_only=False)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        enc = pc.dictionary_encode(hosts)
+        rx = _scope_re(pattern)
+        ok = np.array([rx.search(h) is not None for h in enc.dictionary.to_pylist()], bool)
+        return ok[enc.indices.to_numpy(zero_copy_only=False)] if len(ok) else np.zeros(len(hosts), bool)
 
 
 def filter_reasons(urls: pa.Array | pa.ChunkedArray, depths: np.ndarray, cfg: CrawlConfig) -> pa.Array:
     """:func:`filter_reason` for many URLs -> string array (null = keep; a null URL is ``bad_scheme``).
 
-    The cheap checks (scheme, length, depth, segment and parameter counts, scope) run as Arrow compute
-    kernels over the whole column; only URLs with enough segments to possibly repeat go through the
-    Python loop detector.
+    Every check runs over the whole column: the URL is split into host/path/query byte ranges with
+    NumPy (the same answers as :func:`_split_url`), segments and parameters are counted from byte
+    positions, repeated segments are found by dictionary-encoding the segments of the rows that have
+    enough of them and sorting (row, segment) codes, the scope regex runs on the host column.
     """
     import pyarrow.compute as pc
 
-    if isinstance(urls, pa.ChunkedArray):
-        urls = urls.combine_chunks()
-    urls = urls.cast(pa.string())
-    n = len(urls)
+    arr = _as_string_array(urls)
+    n = len(arr)
     depths = np.asarray(depths)
-    reason = np.full(n, None, dtype=object)
-    filled = np.zeros(n, dtype=bool)
+    code = np.full(n, -1, np.int8)  # index into FILTER_REASONS, -1 = keep
 
-    def mark(mask: np.ndarray, why: str) -> None:
-        m = mask & ~filled
-        reason[m] = why
-        filled[m] = True
+    def mark(rows_or_mask: np.ndarray, why: str) -> None:
+        idx = np.flatnonzero(rows_or_mask) if rows_or_mask.dtype == bool else rows_or_mask
+        idx = idx[code[idx] < 0]
+        code[idx] = FILTER_REASONS.index(why)
 
-    def to_np(arr: pa.Array) -> np.ndarray:
-        return arr.fill_null(False).to_numpy(zero_copy_only=False)
-
-    lowered = pc.utf8_lower(pc.utf8_slice_codeunits(urls, 0, 8))
-    good_scheme = to_np(pc.or_(pc.starts_with(lowered, "http://"), pc.starts_with(lowered, "https://")))
-    mark(~good_scheme, BAD_SCHEME)
-    mark(to_np(pc.greater(pc.utf8_length(urls), cfg.max_url_length)), TOO_LONG)
+    if n == 0:
+        return pa.array([], pa.string())
+    off, d = _buffers(arr)
+    start = off[:-1]
+    ln = np.diff(off)
+    lowered = pc.ascii_lower(pc.utf8_slice_codeunits(arr, 0, 8))
+    https = pc.starts_with(lowered, "https://").fill_null(False).to_numpy(zero_copy_only=False)
+    http = pc.starts_with(lowered, "http://").fill_null(False).to_numpy(zero_copy_only=False)
+    mark(~(http | https), BAD_SCHEME)
+    ascii_rows = ln == pc.utf8_length(arr).fill_null(0).to_numpy(zero_copy_only=False)
+    too_long = ln > cfg.max_url_length  # bytes >= characters; count characters only where they differ
+    check = np.flatnonzero(too_long & ~ascii_rows)
+    if len(check):
+        too_long[check] = pc.utf8_length(arr.take(pa.array(check))).to_numpy(zero_copy_only=False) > cfg.max_url_length
+    mark(too_long, TOO_LONG)
     mark(depths > cfg.max_depth, TOO_DEEP)
 
-    host, path, query = _split_urls_arrow(urls, pc.starts_with(lowered, "https://"), bool(cfg.allowed_hosts))
-    nseg = (pc.count_substring(path, "/").fill_null(0).to_numpy(zero_copy_only=False)
-            - to_np(pc.ends_with(path, "/")).astype(np.int64))
-    odd = np.flatnonzero(to_np(pc.match_substring(path, "//")))
-    if len(odd):  # empty segments: count the non-empty ones exactly (rare, so a regex is fine)
-        exact = pc.count_substring_regex(path.take(pa.array(odd)), "[^/]+")
-        nseg[odd] = exact.to_numpy(zero_copy_only=False)
+    rest = start + np.where(https, 8, 7)
+    rest = np.minimum(rest, off[1:])
+    parts = _split_url_bytes(off, d, rest, bool(cfg.allowed_hosts))
+    # segments: a '/' in the path followed by a byte that is neither '/' nor the path's end. Count the
+    # path's '/', minus those followed by '/', minus a trailing one.
+    sl = np.flatnonzero(d == _SLASH)
+    double = sl[:-1][sl[1:] == sl[:-1] + 1]
+    p_lo, p_hi = parts.path_lo, parts.path_hi
+    trailing = (p_hi > p_lo) & (d[np.maximum(p_hi - 1, 0)] == _SLASH) if len(d) else np.zeros(n, bool)
+    nseg = _count_in(sl, p_lo, p_hi) - _count_in(double, p_lo, p_hi) - trailing
     mark(nseg > cfg.max_path_segments, TOO_MANY_SEGMENTS)
-    maybe_loop = np.flatnonzero((nseg > cfg.max_path_repeats) & ~filled)
-    if cfg.max_path_repeats > 0 and len(maybe_loop):
-        # explode candidate paths into (row, segment) pairs and count each pair: no Python loop
-        lists = pc.split_pattern(path.take(pa.array(maybe_loop)), "/")
-        segs = pc.list_flatten(lists)
-        rows = pc.list_parent_indices(lists)
-        keep = pc.greater(pc.utf8_length(segs), 0)
-        codes_arr = pc.dictionary_encode(pc.filter(segs, keep))
-        codes = codes_arr.indices.to_numpy(zero_copy_only=False).astype(np.int64)
-        rows_np = pc.filter(rows, keep).to_numpy(zero_copy_only=False).astype(np.int64)
-        key = np.sort(rows_np * (len(codes_arr.dictionary) + 1) + codes)
-        # a (row, segment) key occurring more than max_path_repeats times: key[i] == key[i + max]
-        k = cfg.max_path_repeats
-        hit = np.flatnonzero(key[k:] == key[:-k]) if len(key) > k else np.array([], dtype=np.int64)
-        if len(hit):
-            idx = maybe_loop[np.unique(key[hit] // (len(codes_arr.dictionary) + 1))]
-            reason[idx] = REPEATED_SEGMENTS
-            filled[idx] = True
-    q = query.fill_null("")
-    amp = pc.count_substring(q, "&").to_numpy(zero_copy_only=False)
-    nonempty = to_np(pc.greater(pc.utf8_length(q), 0))
-    # a count of '&' overestimates only when there are empty params; recheck those near the limit
-    est = np.where(nonempty, amp + 1, 0)
-    over = np.flatnonzero((est > cfg.max_query_params) & ~filled)
-    if len(over):
-        qs = q.take(pa.array(over)).to_pylist()
-        for i, qv in zip(over, qs, strict=True):
-            if has_query_explosion(qv, cfg.max_query_params):
-                reason[i] = QUERY_EXPLOSION
-                filled[i] = True
-    if host is not None:
-        ok = to_np(pc.match_substring_regex(host, cfg.allowed_hosts))
-        mark(~ok, OUT_OF_SCOPE)
-    return pa.array(reason.tolist(), type=pa.string())
+    k = cfg.max_path_repeats
+    if k > 0:
+        cand = np.flatnonzero((nseg > k) & (code < 0))
+        if len(cand):
+            # the '/' of each candidate path, as indices into ``sl``: ranges [i0, i1) per row
+            i0 = np.searchsorted(sl, p_lo[cand])
+            i1 = np.searchsorted(sl, p_hi[cand])
+            cnt = i1 - i0
+            idx = np.repeat(i0 - (np.cumsum(cnt) - cnt), cnt) + np.arange(int(cnt.sum()))
+            s_row = np.repeat(cand, cnt)
+            s_lo = sl[idx] + 1
+            s_hi = np.minimum(sl[np.minimum(idx + 1, len(sl) - 1)], p_hi[s_row])
+            s_hi = np.where(idx + 1 < np.repeat(i1, cnt), s_hi, p_hi[s_row])
+            keep = s_hi > s_lo
+            s_lo, s_hi, s_row = s_lo[keep], s_hi[keep], s_row[keep]
+            segs = pc.dictionary_encode(_view_array([d], None, s_lo, s_hi - s_lo))
+            ncode = len(segs.dictionary) + 1
+            key = np.sort(s_row.astype(np.int64) * ncode + segs.indices.to_numpy(zero_copy_only=False))
+            # a (row, segment) key occurring more than k times: key[i] == key[i + k]
+            hit = np.flatnonzero(key[k:] == key[:-k]) if len(key) > k else np.zeros(0, np.int64)
+            mark(np.unique(key[hit] // ncode), REPEATED_SEGMENTS)
+    # query parameters: a parameter starts after the '?' or an '&' and is not empty
+    qrows = np.flatnonzero((parts.query_hi > parts.query_lo) & (code < 0))
+    if len(qrows):
+        amp = np.flatnonzero(d == _AMP)
+        amp_row = _rows_of(off, amp)
+        in_q = (amp >= parts.query_lo[amp_row]) & (amp < parts.query_hi[amp_row])
+        p_lo = np.concatenate([parts.query_lo[qrows], amp[in_q] + 1])
+        p_row = np.concatenate([qrows, amp_row[in_q]])
+        nonempty = (p_lo < parts.query_hi[p_row]) & (d[np.minimum(p_lo, len(d) - 1)] != _AMP)
+        nparams = np.bincount(p_row[nonempty], minlength=n)
+        mark(nparams > cfg.max_query_params, QUERY_EXPLOSION)
+    if cfg.allowed_hosts:
+        hosts = _view_array([d], None, parts.host_lo, parts.host_hi - parts.host_lo)
+        low = pc.ascii_lower(hosts)
+        non_ascii = np.flatnonzero(~pc.string_is_ascii(hosts).to_numpy(zero_copy_only=False))
+        if len(non_ascii):  # Python's str.lower, as filter_reason does
+            fixed = [h.lower() for h in hosts.take(pa.array(non_ascii)).to_pylist()]
+            mask = np.zeros(n, bool)
+            mask[non_ascii] = True
+            low = pc.replace_with_mask(low, pa.array(mask), pa.array(fixed, pa.string()))
+        mark(~_scope_ok(low, cfg.allowed_hosts), OUT_OF_SCOPE)
+    valid = code >= 0
+    return pa.array(list(FILTER_REASONS), pa.string()).take(pa.array(np.where(valid, code, 0), mask=~valid))
 
 
 __all__ = [
     "FILTER_REASONS", "Parts", "canonical", "canonicalize", "canonicalize_many", "filter_reason", "filter_reasons",
     "has_query_explosion", "has_repeated_segments", "has_too_many_segments", "host_of", "is_bad_scheme",
     "is_out_of_scope", "is_too_deep", "is_too_long", "parse", "parse_host", "politeness_key",
-    "registered_domain", "resolve", "surt", "url_hash", "url_hashes",
+    "registered_domain", "resolve", "surt", "surts", "url_hash", "url_hashes",
 ]

@@ -24,6 +24,7 @@ from crawl.urls import (
     registered_domain,
     resolve,
     surt,
+    surts,
     url_hash,
     url_hashes,
 )
@@ -344,3 +345,41 @@ def test_canonicalize_many_realistic_links_mostly_vectorised() -> None:
     arr = pa.array(urls, pa.string())
     assert _simple_mask(arr).mean() > 0.99
     assert canonicalize_many(arr).to_pylist() == [canonicalize(u) for u in urls]
+
+
+def test_surts_vectorised_equals_scalar() -> None:
+    from crawl.urls import _simple_mask
+
+    urls = _varied_urls(3000, 8) + [
+        "http://www.example.com/", "https://Example.com/Path/?B=2&a=1#x", "http://www2.sub.example.co.uk:8080/a",
+        "http://10.0.0.1/x", "http://example.com", "http://h:80/A/?b&&a", "http://WWW.h", "http://www.h/",
+        "http://www12.a.b/x/", "http://wwwx.a.b/", "https://h:443/?", "http://h/?&&", "http://a.b.c.d.e/?Z=1&z=0&A",
+    ]
+    canon = canonicalize_many(pa.array(urls, pa.string())).to_pylist()
+    for batch in (urls, canon):  # raw links and what the index writer passes: canonical URLs
+        arr = pa.array(batch, pa.string())
+        assert surts(arr).to_pylist() == [None if u is None else surt(u) for u in batch]
+    assert _simple_mask(pa.array(canon, pa.string())).mean() > 0.4  # the vectorised path did real work
+    assert surts(pa.array(urls[-13:])).to_pylist()[:3] == ["com,example)/", "com,example)/path?a=1&b=2",
+                                                           "uk,co,example,sub:8080)/a"]
+    assert surts(pa.array([], pa.string())).to_pylist() == []
+
+
+def test_filter_reasons_vectorised_equals_scalar_on_varied_urls() -> None:
+    urls = [u for u in _varied_urls(3000, 12) if u is not None] + [
+        "http://u@h@example.com/a", "http://[::1/a", "http://[::1]:8/a/a/a", "HTTPS://EXAMPLE.COM//a//a//a",
+        "http://example.com/a/a/a/", "http://b\u00fccher.example.com/", "http://\u0130.example.com/",
+        "http://example.com?x=1&&y=2&z=3&w", "http://example.com#/a/a/a?a&b&c&d", "http:", "https://",
+        "http://example.com/" + "\u00e9" * 70, "http://example.com/" + "e" * 70,
+    ]
+    urls += [u for u in canonicalize_many(pa.array(urls, pa.string())).to_pylist() if u is not None]
+    rng = random.Random(4)
+    depths = np.array([rng.randint(0, 5) for _ in urls])
+    arr = pa.array(urls, pa.string())
+    for cfg in (CFG, CFG.replace(max_path_repeats=1, max_query_params=1),
+                CFG.replace(allowed_hosts=r"^(?!other\.)"),  # a look-ahead: RE2 lacks it, Python re runs
+                CFG.replace(allowed_hosts="", max_path_repeats=0, max_url_length=2048)):
+        want = [filter_reason(u, int(dep), cfg) for u, dep in zip(urls, depths, strict=True)]
+        assert filter_reasons(arr, depths, cfg).to_pylist() == want, cfg
+        assert len(set(want)) >= 4
+    assert filter_reasons(pa.array([], pa.string()), np.array([], np.int64), CFG).to_pylist() == []
