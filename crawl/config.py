@@ -48,6 +48,8 @@ class CrawlConfig:
     max_pages_per_host_per_round: int = 0  # 0 = derived from round_duration_s / host delay
     round_duration_s: float = 3600.0
     coverage_share: float = 0.3
+    schedule_policy: str = "default"  # default | estimator | nutch | uniform | oracle (crawl.schedule)
+    oracle_rates_path: str = ""  # Parquet (url, change_rate per day) for the oracle policy (benchmarks)
     partitions: int = 8
     url_shards: int = 4
     politeness_key: str = "host"  # host | domain | ip
@@ -171,6 +173,11 @@ def _validate(cfg: CrawlConfig) -> None:
         raise ConfigError(f"bloom_fp_rate: must be in (0, 0.5), got {cfg.bloom_fp_rate!r}")
     if not 0.0 <= cfg.backoff_jitter < 1.0:
         raise ConfigError(f"backoff_jitter: must be in [0, 1), got {cfg.backoff_jitter!r}")
+    if cfg.schedule_policy not in {"default", "estimator", "nutch", "uniform", "oracle"}:
+        raise ConfigError(f"schedule_policy: must be default, estimator, nutch, uniform or oracle, "
+                          f"got {cfg.schedule_policy!r}")
+    if cfg.schedule_policy == "oracle" and not cfg.oracle_rates_path:
+        raise ConfigError("oracle_rates_path: required when schedule_policy is oracle")
     if cfg.politeness_key not in {"host", "domain", "ip"}:
         raise ConfigError(f"politeness_key: must be host, domain or ip, got {cfg.politeness_key!r}")
     if not CRAWL_ID_RE.match(cfg.crawl_id):
