@@ -53,6 +53,10 @@ CRAWLDB_SCHEMA = pa.schema([
     ("sitemap_lastmod", TS),
     ("sitemap_changefreq", pa.string()),
     ("round", pa.int32()),               # round that last touched the row
+    # change history for the freshness model (crawl.changerate): re-check intervals split by outcome
+    ("unchanged_time_s", pa.float64()),  # sum of re-check intervals (s) that saw no real change
+    ("changed_time_s", pa.float64()),    # sum of re-check intervals (s) that saw a real change
+    ("fetch_interval_s", pa.float64()),  # current adaptive interval (nutch policy) / planned interval
 ])
 
 

@@ -382,6 +382,13 @@ def merge_shard(cfg: CrawlConfig, round_no: int, shard: int) -> dict[str, Any]:
           u.duplicate_of, u.redirect_to,
           d.inlinks, d.importance, d.change_rate, d.sitemap_lastmod, d.sitemap_changefreq,
           {round_no} AS round,
+          coalesce(d.unchanged_time_s, 0) + CASE WHEN changed = false AND ok AND d.last_success_time IS NOT NULL
+            THEN greatest(epoch_ms(u.fetch_time) - epoch_ms(d.last_success_time), 0) / 1000.0 ELSE 0 END
+            AS unchanged_time_s,
+          coalesce(d.changed_time_s, 0) + CASE WHEN changed AND d.last_success_time IS NOT NULL
+            THEN greatest(epoch_ms(u.fetch_time) - epoch_ms(d.last_success_time), 0) / 1000.0 ELSE 0 END
+            AS changed_time_s,
+          d.fetch_interval_s,
           changed
         FROM (
             SELECT u.*, d.url_hash IS NOT NULL AS known,
