@@ -44,7 +44,7 @@ def airflow_env(home: Path) -> dict[str, str]:
         "RECRAWL_SCHEDULE": "none",
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{TEST_USER}:admin",
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(home / "test_passwords.json"),
-        "AIRFLOW__API_AUTH__JWT_SECRET": "recrawl-test-secret",
+        "AIRFLOW__API_AUTH__JWT_SECRET": "recrawl-test-secret-" + "0123456789abcdef" * 4,
         # the DAG, the plugin and `python -m crawl` import the engine from the checkout
         "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
     }
@@ -148,6 +148,8 @@ def start_standalone(home: Path, extra_env: dict[str, str] | None = None, ready_
     env = {
         **os.environ,
         **airflow_env(home),
+        # standalone starts its components as `airflow ...` from PATH
+        "PATH": os.pathsep.join([str(VENV_BIN), os.environ.get("PATH", "")]),
         "AIRFLOW__API__PORT": str(port),
         "AIRFLOW__API__HOST": "127.0.0.1",
         "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{port}",
