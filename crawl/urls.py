@@ -1423,12 +1423,14 @@ class _UrlParts(NamedTuple):
     query_hi: np.ndarray
 
 
-def _split_url_bytes(off: np.ndarray, d: np.ndarray, rest: np.ndarray, need_host: bool) -> _UrlParts:
-    """What :func:`_split_url` computes, as byte ranges; ``rest`` is where the part after "://"
-    starts in each row."""
+def _split_url_bytes(off: np.ndarray, d: np.ndarray, rest: np.ndarray,
+                     need_host: bool) -> tuple[_UrlParts, np.ndarray]:
+    """What :func:`_split_url` computes, as byte ranges, and the positions of every '/' in ``d``;
+    ``rest`` is where the part after "://" starts in each row."""
     stop = off[1:]
+    sl = np.flatnonzero(d == _SLASH)
     end = _first_in(np.flatnonzero(d == _HASH), rest, stop)
-    slash = _first_in(np.flatnonzero(d == _SLASH), rest, end)
+    slash = _first_in(sl, rest, end)
     qmark = _first_in(np.flatnonzero(d == _QMARK), rest, end)
     has_q = qmark < end
     no_path = (slash == end) | (has_q & (qmark < slash))
@@ -1437,15 +1439,19 @@ def _split_url_bytes(off: np.ndarray, d: np.ndarray, rest: np.ndarray, need_host
     path_hi = np.where(no_path, auth_hi, np.where(has_q, qmark, end))
     query_lo = np.where(has_q, qmark + 1, end)
     host_lo = host_hi = auth_hi
-    if need_host:
-        at = _last_in(np.flatnonzero(d == _AT), rest, auth_hi)
-        host_lo = np.where(at >= 0, at + 1, rest)
-        v6 = (host_lo < auth_hi) & (d[np.minimum(host_lo, max(len(d) - 1, 0))] == ord("[")) if len(d) else host_lo < 0
-        close = _first_in(np.flatnonzero(d == ord("]")), host_lo, auth_hi)
-        colon = _first_in(np.flatnonzero(d == _COLON), host_lo, auth_hi)
+    if need_host:  # scan the authorities only, copied out through string views
+        auth = _view_array([d], None, rest, auth_hi - rest)
+        aoff, ad = _buffers(auth)
+        a_lo, a_hi = aoff[:-1], aoff[1:]
+        at = _last_in(np.flatnonzero(ad == _AT), a_lo, a_hi)
+        h_lo = np.where(at >= 0, at + 1, a_lo)
+        v6 = (h_lo < a_hi) & (ad[np.minimum(h_lo, max(len(ad) - 1, 0))] == ord("[")) if len(ad) else h_lo < 0
+        close = _first_in(np.flatnonzero(ad == ord("]")), h_lo, a_hi)
+        colon = _first_in(np.flatnonzero(ad == _COLON), h_lo, a_hi)
         # "[..." without ']' is cut to nothing (``host[:find("]") + 1]`` with find == -1)
-        host_hi = np.where(v6, np.where(close < auth_hi, close + 1, host_lo), colon)
-    return _UrlParts(host_lo, host_hi, path_lo, path_hi, query_lo, end)
+        h_hi = np.where(v6, np.where(close < a_hi, close + 1, h_lo), colon)
+        host_lo, host_hi = rest + (h_lo - a_lo), rest + (h_hi - a_lo)
+    return _UrlParts(host_lo, host_hi, path_lo, path_hi, query_lo, end), sl
 
 
 def _scope_ok(hosts: pa.Array, pattern: str) -> np.ndarray:
@@ -1460,6 +1466,35 @@ def _scope_ok(hosts: pa.Array, pattern: str) -> np.ndarray:
         rx = _scope_re(pattern)
         ok = np.array([rx.search(h) is not None for h in enc.dictionary.to_pylist()], bool)
         return ok[enc.indices.to_numpy(zero_copy_only=False)] if len(ok) else np.zeros(len(hosts), bool)
+
+
+def _segment_keys(d: np.ndarray, lo: np.ndarray, hi: np.ndarray, row: np.ndarray) -> np.ndarray:
+    """Per byte range, ``row << 32 | h`` with ``h`` a 32-bit mix of its length, first 12 and last 4
+    bytes: equal ranges of a row get equal keys; sorting the keys groups each row's equal ranges."""
+    ln = hi - lo
+    short = ln <= 12
+    h = ln.astype(np.uint32) * np.uint32(0x9E3779B1)
+    for i, (at, keep) in enumerate(((lo, np.minimum(ln, 4)), (lo + 4, np.maximum(np.minimum(ln - 4, 4), 0)),
+                                    (lo + 8, np.maximum(np.minimum(ln - 8, 4), 0)))):
+        w = _u32_at(d, at) & _SHORT_MASKS[keep]
+        h = (h ^ w) * np.uint32(0x85EBCA6B + 2 * i)
+        h ^= h >> np.uint32(15)
+    tail = np.flatnonzero(~short)
+    if len(tail):
+        h[tail] = (h[tail] ^ _u32_at(d, hi[tail] - 4)) * np.uint32(0xC2B2AE35)
+    return (row.astype(np.uint64) << np.uint64(32)) | h.astype(np.uint64)
+
+
+def _repeat_candidates(d: np.ndarray, lo: np.ndarray, hi: np.ndarray, row: np.ndarray, k: int) -> np.ndarray:
+    """Rows where some segment (byte ranges ``lo``/``hi`` of ``row``) may occur more than ``k`` times.
+
+    Equal segments of a row always get equal keys (:func:`_segment_keys`), so no repeat is missed;
+    different ones rarely collide, and the caller confirms every candidate exactly. Cheaper than
+    building and dictionary-encoding a string per segment.
+    """
+    key = np.sort(_segment_keys(d, lo, hi, row))
+    hit = np.flatnonzero(key[k:] == key[:-k]) if len(key) > k else np.zeros(0, np.int64)
+    return np.unique((key[hit] >> np.uint64(32)).astype(np.int64))
 
 
 def filter_reasons(urls: pa.Array | pa.ChunkedArray, depths: np.ndarray, cfg: CrawlConfig) -> pa.Array:
@@ -1501,36 +1536,27 @@ def filter_reasons(urls: pa.Array | pa.ChunkedArray, depths: np.ndarray, cfg: Cr
 
     rest = start + np.where(https, 8, 7)
     rest = np.minimum(rest, off[1:])
-    parts = _split_url_bytes(off, d, rest, bool(cfg.allowed_hosts))
-    # segments: a '/' in the path followed by a byte that is neither '/' nor the path's end. Count the
-    # path's '/', minus those followed by '/', minus a trailing one.
-    sl = np.flatnonzero(d == _SLASH)
-    double = sl[:-1][sl[1:] == sl[:-1] + 1]
-    p_lo, p_hi = parts.path_lo, parts.path_hi
-    trailing = (p_hi > p_lo) & (d[np.maximum(p_hi - 1, 0)] == _SLASH) if len(d) else np.zeros(n, bool)
-    nseg = _count_in(sl, p_lo, p_hi) - _count_in(double, p_lo, p_hi) - trailing
+    parts, sl = _split_url_bytes(off, d, rest, bool(cfg.allowed_hosts))
+    # segments: each '/' of the path followed by a byte that is neither '/' nor the path's end starts
+    # one. The row of every '/' comes from per-row counts (a repeat, not a search per '/').
+    sl_row = np.repeat(np.arange(n), _count_in(sl, off[:-1], off[1:]))
+    p_lo, p_hi = parts.path_lo[sl_row], parts.path_hi[sl_row]
+    nxt = np.empty_like(sl)
+    nxt[:-1] = sl[1:]
+    nxt[-1:] = len(d)
+    is_seg = (sl >= p_lo) & (sl + 1 < p_hi) & (nxt != sl + 1)
+    seg_lo, seg_row = sl[is_seg] + 1, sl_row[is_seg]
+    seg_hi = np.minimum(nxt[is_seg], p_hi[is_seg])
+    nseg = np.bincount(seg_row, minlength=n)
     mark(nseg > cfg.max_path_segments, TOO_MANY_SEGMENTS)
     k = cfg.max_path_repeats
     if k > 0:
-        cand = np.flatnonzero((nseg > k) & (code < 0))
-        if len(cand):
-            # the '/' of each candidate path, as indices into ``sl``: ranges [i0, i1) per row
-            i0 = np.searchsorted(sl, p_lo[cand])
-            i1 = np.searchsorted(sl, p_hi[cand])
-            cnt = i1 - i0
-            idx = np.repeat(i0 - (np.cumsum(cnt) - cnt), cnt) + np.arange(int(cnt.sum()))
-            s_row = np.repeat(cand, cnt)
-            s_lo = sl[idx] + 1
-            s_hi = np.minimum(sl[np.minimum(idx + 1, len(sl) - 1)], p_hi[s_row])
-            s_hi = np.where(idx + 1 < np.repeat(i1, cnt), s_hi, p_hi[s_row])
-            keep = s_hi > s_lo
-            s_lo, s_hi, s_row = s_lo[keep], s_hi[keep], s_row[keep]
-            segs = pc.dictionary_encode(_view_array([d], None, s_lo, s_hi - s_lo))
-            ncode = len(segs.dictionary) + 1
-            key = np.sort(s_row.astype(np.int64) * ncode + segs.indices.to_numpy(zero_copy_only=False))
-            # a (row, segment) key occurring more than k times: key[i] == key[i + k]
-            hit = np.flatnonzero(key[k:] == key[:-k]) if len(key) > k else np.zeros(0, np.int64)
-            mark(np.unique(key[hit] // ncode), REPEATED_SEGMENTS)
+        pick = ((nseg > k) & (code < 0))[seg_row]
+        if pick.any():
+            hit_rows = _repeat_candidates(d, seg_lo[pick], seg_hi[pick], seg_row[pick], k)
+            if len(hit_rows):  # confirm exactly: a hash can only add candidates, never lose one
+                paths = [_split_url(u)[1] for u in arr.take(pa.array(hit_rows)).to_pylist()]
+                mark(hit_rows[[has_repeated_segments(p, k) for p in paths]], REPEATED_SEGMENTS)
     # query parameters: a parameter starts after the '?' or an '&' and is not empty
     qrows = np.flatnonzero((parts.query_hi > parts.query_lo) & (code < 0))
     if len(qrows):
