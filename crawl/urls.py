@@ -977,30 +977,29 @@ def _view_array(buffers: Sequence[np.ndarray], which: np.ndarray | None, start: 
     then either the string inline (up to 12 bytes) or its first 4 bytes, buffer index and offset.
     """
     n = len(start)
-    length = length.astype(np.int64, copy=False)
-    w0 = np.zeros(n, "<u4")
-    w1 = np.zeros(n, "<u4")
-    w2 = np.zeros(n, "<u4")
-    short = length <= 12
+    views = np.zeros((n, 4), "<u4")
+    views[:, 0] = length
     for i, buf in enumerate(buffers):
-        if which is None:
-            rows = None
-            st, ln, sh = start, length, short
+        rows = np.arange(n) if which is None else np.flatnonzero(which == i)
+        if not len(rows):
+            continue
+        st, ln = start[rows], length[rows]
+        short = ln <= 12
+        if short.all():
+            lr, sr, sst, sln = rows[:0], rows, st, ln
+        elif not short.any():
+            lr, sr, sst, sln = rows, rows[:0], st[:0], ln[:0]
         else:
-            rows = np.flatnonzero(which == i)
-            if not len(rows):
-                continue
-            st, ln, sh = start[rows], length[rows], short[rows]
-        a = _u32_at(buf, st) & _SHORT_MASKS[np.minimum(ln, 4)]
-        b = _u32_at(buf, st + 4) & _SHORT_MASKS[np.clip(ln - 4, 0, 4)]
-        c = _u32_at(buf, st + 8) & _SHORT_MASKS[np.clip(ln - 8, 0, 4)]
-        b = np.where(sh, b, np.uint32(i))
-        c = np.where(sh, c, st.astype("<u4"))
-        if rows is None:
-            w0, w1, w2 = a, b, c
-        else:
-            w0[rows], w1[rows], w2[rows] = a, b, c
-    views = np.stack([length.astype("<u4"), w0, w1, w2], axis=1)
+            lr, sr, sst, sln = rows[~short], rows[short], st[short], ln[short]
+        if len(lr):  # prefix, buffer index, offset
+            lst = st if len(lr) == len(rows) else st[~short]
+            views[lr, 1] = _u32_at(buf, lst)
+            views[lr, 2] = i
+            views[lr, 3] = lst
+        if len(sr):  # the string itself, zero-padded
+            for w in range(3):
+                keep = np.minimum(np.maximum(sln - 4 * w, 0), 4)
+                views[sr, 1 + w] = _u32_at(buf, sst + 4 * w) & _SHORT_MASKS[keep]
     validity = None
     if valid is not None and not valid.all():
         validity = pa.py_buffer(np.packbits(valid, bitorder="little"))
@@ -1091,11 +1090,26 @@ def canonicalize_many(
     :func:`canonicalize`, each distinct string once per call. Both give identical answers (tests
     compare them on adversarial inputs).
     """
+    import pyarrow.compute as pc
+
     tracking = _tracking_set(tuple(tracking_params))
     arr = _as_string_array(urls)
     n = len(arr)
     if n == 0:
         return pa.array([], pa.string())
+    if n >= _DEDUP_MIN_ROWS:  # links repeat (menus, footers): canonicalise each distinct string once
+        enc = pc.dictionary_encode(arr)
+        if len(enc.dictionary) < _DEDUP_MAX_SHARE * n:
+            return _canonicalize_distinct(enc.dictionary, tracking).take(enc.indices)
+    return _canonicalize_distinct(arr, tracking)
+
+
+_DEDUP_MIN_ROWS = 10_000
+_DEDUP_MAX_SHARE = 0.9  # dictionary-encoding pays for itself when >= ~10 % of the rows are repeats
+
+
+def _canonicalize_distinct(arr: pa.Array, tracking: frozenset[str]) -> pa.Array:
+    n = len(arr)
     simple, lower, lower_arr = _classify(arr)
     off, d = _buffers(arr)
     if lower_arr is not None:

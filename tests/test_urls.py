@@ -330,6 +330,10 @@ def test_canonicalize_many_vectorised_equals_scalar() -> None:
     assert canonicalize_many(chunked).to_pylist() == want
     assert canonicalize_many(pa.array([], pa.string())).to_pylist() == []
     assert canonicalize_many([None, None]).to_pylist() == [None, None]
+    # >= 10k rows with repeats: the distinct strings are canonicalised once and spread back
+    rng = random.Random(2)
+    order = [rng.randrange(len(urls)) for _ in range(12_000)]
+    assert canonicalize_many(arr.take(pa.array(order))).to_pylist() == [want[i] for i in order]
 
 
 def test_canonicalize_many_realistic_links_mostly_vectorised() -> None:
