@@ -387,3 +387,17 @@ def test_filter_reasons_vectorised_equals_scalar_on_varied_urls() -> None:
         assert filter_reasons(arr, depths, cfg).to_pylist() == want, cfg
         assert len(set(want)) >= 4
     assert filter_reasons(pa.array([], pa.string()), np.array([], np.int64), CFG).to_pylist() == []
+
+
+def test_url_hashes_equal_xxhash_on_every_length_class() -> None:
+    """The NumPy XXH3 has a branch per length class (0, 1-3, 4-8, 9-16, 17-128, 129-240, longer)."""
+    rng = random.Random(6)
+    strs = ["".join(rng.choice("abcXYZ/%?=&\u00e9\u4e2d0") for _ in range(n)) for n in list(range(0, 300)) * 4]
+    strs += ["http://example.com/" + "x" * n for n in range(0, 400, 7)]
+    arr = pa.array(strs + [None], pa.string())
+    want = [xxhash.xxh3_64_intdigest(s.encode("utf-8")) for s in strs] + [0]
+    assert url_hashes(arr).tolist() == want
+    assert url_hashes(arr.slice(5, 100)).tolist() == want[5:105]
+    assert url_hashes(pa.chunked_array([arr.slice(0, 3), arr.slice(3)])).tolist() == want
+    assert url_hashes(strs[:50]).tolist() == want[:50]
+    assert url_hashes(pa.array([], pa.string())).dtype == np.uint64
