@@ -401,3 +401,20 @@ def test_url_hashes_equal_xxhash_on_every_length_class() -> None:
     assert url_hashes(pa.chunked_array([arr.slice(0, 3), arr.slice(3)])).tolist() == want
     assert url_hashes(strs[:50]).tolist() == want[:50]
     assert url_hashes(pa.array([], pa.string())).dtype == np.uint64
+
+
+def test_block_wise_processing_matches_one_pass(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Big columns are processed in cache-sized blocks; block borders must not change any answer."""
+    import crawl.urls as urls_mod
+
+    urls = _varied_urls(3000, 21)
+    arr = pa.array(urls, pa.string())
+    depths = np.array([i % 5 for i in range(len(urls))])
+    canon_want = [None if u is None else canonicalize(u) for u in urls]
+    filt_want = filter_reasons(arr, depths, CFG).to_pylist()  # one block: checked against scalar above
+    surt_want = [None if u is None else surt(u) for u in urls]
+    monkeypatch.setattr(urls_mod, "_BLOCK_ROWS", 700)
+    monkeypatch.setattr(urls_mod, "_DEDUP_MIN_ROWS", 100)
+    assert canonicalize_many(arr).to_pylist() == canon_want
+    assert filter_reasons(arr, depths, CFG).to_pylist() == filt_want
+    assert surts(arr).to_pylist() == surt_want
