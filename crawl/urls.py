@@ -36,6 +36,14 @@ counts them; all deliberate):
 
 Traps: :func:`filter_reason` / :func:`filter_reasons` implement Nutch/StormCrawler-style URL filters
 driven by :class:`crawl.config.CrawlConfig` limits.
+
+Column functions (:func:`canonicalize_many`, :func:`filter_reasons`, :func:`url_hashes`,
+:func:`surts`) run once per round over every discovered link, so they do not loop in Python: an RE2
+pattern picks the "simple" URLs (ASCII, nothing the WHATWG parser would change but host case, default
+port and fragment; see ``_SIMPLE_PAT``), their boundaries come from NumPy scans of the Arrow data
+buffer, and results are assembled as Arrow string views (one C++ copy per row). Rows outside the
+simple class go through the scalar function, so the answers are identical by construction, and the
+tests compare both on adversarial input. ``bench/urls_bench.py`` measures both paths.
 """
 
 from __future__ import annotations
@@ -1679,7 +1687,6 @@ def filter_reasons(urls: pa.Array | pa.ChunkedArray, depths: np.ndarray, cfg: Cr
     positions, repeated segments are found by dictionary-encoding the segments of the rows that have
     enough of them and sorting (row, segment) codes, the scope regex runs on the host column.
     """
-
     arr = _as_string_array(urls)
     depths = np.asarray(depths)
     if len(arr) > _BLOCK_ROWS:
