@@ -118,22 +118,50 @@ class AirflowServer:
         except OSError:
             return ""
 
-    def stop(self, timeout: float = 45.0) -> None:
-        """SIGINT to the process group we started (all components stop), SIGKILL after the timeout."""
-        if self.proc.poll() is not None:
-            return
+    def stop(self, timeout: float = 40.0) -> float:
+        """Stop everything we started; returns the seconds it took.
+
+        SIGINT to the standalone parent only: it shuts its components down in order (a SIGINT to the
+        whole group makes every component handle it at once, and the scheduler and dag-processor
+        were seen hanging). Whatever is left in our process group then gets SIGTERM, then SIGKILL.
+        """
+        started = time.monotonic()
         pgid = self.proc.pid  # started with start_new_session: its own group, id = its pid
-        os.killpg(pgid, signal.SIGINT)
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                self.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                pass
+        for sig, grace in ((signal.SIGTERM, 10.0), (signal.SIGKILL, 5.0)):
+            if not _group_alive(pgid):
+                break
+            try:
+                os.killpg(pgid, sig)
+            except ProcessLookupError:
+                break
+            deadline = time.monotonic() + grace
+            while time.monotonic() < deadline and _group_alive(pgid):
+                time.sleep(0.5)
+        if self.proc.poll() is None:
+            self.proc.wait(timeout=5)
+        return time.monotonic() - started
+
+
+def _group_alive(pgid: int) -> bool:
+    """True while a live (non-zombie) process of the group exists."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
-            self.proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(pgid, signal.SIGKILL)
-            self.proc.wait(timeout=10)
-        # components that outlived the parent are still in our group
-        try:
-            os.killpg(pgid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            return True
+    return False
 
 
 def start_standalone(home: Path, extra_env: dict[str, str] | None = None, ready_timeout: float = 180.0) -> AirflowServer:

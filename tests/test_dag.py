@@ -225,6 +225,7 @@ def test_two_rounds_through_the_dag(run_dag, dag_env: Path, site) -> None:
     round2 = [r for r in rows if r["round"] == 2]
     assert len(round2) > 2 and all(r["fetch_time"].astimezone(UTC).date() == t2.date() for r in round2)
     assert {r["url"] for r in round2} - set(site.seed_urls(2)), "round 2 fetched no discovered URL"
+    assert set(site.seed_urls(2)) <= {r["url"] for r in round2}, "seeds fetched a week ago not recrawled"
     from crawl import api
 
     summary = api.crawl_summary(str(dag_env), "dagtest")
