@@ -1667,6 +1667,20 @@ def _segment_keys(d: np.ndarray, lo: np.ndarray, hi: np.ndarray, row: np.ndarray
     return (row.astype(np.uint64) << np.uint64(32)) | h.astype(np.uint64)
 
 
+def _repeated_exact(d: np.ndarray, lo: np.ndarray, hi: np.ndarray, row: np.ndarray, k: int) -> np.ndarray:
+    """Rows where some segment occurs more than ``k`` times, by dictionary codes of the segment
+    strings (exact; used on the few candidate rows)."""
+    import pyarrow.compute as pc
+
+    if not len(lo):
+        return np.zeros(0, np.int64)
+    segs = pc.dictionary_encode(_view_array([d], None, lo, hi - lo))
+    ncode = len(segs.dictionary) + 1
+    key = np.sort(row.astype(np.int64) * ncode + segs.indices.to_numpy(zero_copy_only=False))
+    hit = np.flatnonzero(key[k:] == key[:-k]) if len(key) > k else np.zeros(0, np.int64)
+    return np.unique(key[hit] // ncode)
+
+
 def _repeat_candidates(d: np.ndarray, lo: np.ndarray, hi: np.ndarray, row: np.ndarray, k: int) -> np.ndarray:
     """Rows where some segment (byte ranges ``lo``/``hi`` of ``row``) may occur more than ``k`` times.
 
@@ -1744,8 +1758,8 @@ def _filter_block(arr: pa.Array, depths: np.ndarray, cfg: CrawlConfig) -> pa.Arr
         if pick.any():
             hit_rows = _repeat_candidates(d, seg_lo[pick], seg_hi[pick], seg_row[pick], k)
             if len(hit_rows):  # confirm exactly: a hash can only add candidates, never lose one
-                paths = [_split_url(u)[1] for u in arr.take(pa.array(hit_rows)).to_pylist()]
-                mark(hit_rows[[has_repeated_segments(p, k) for p in paths]], REPEATED_SEGMENTS)
+                sel = np.isin(seg_row, hit_rows)
+                mark(_repeated_exact(d, seg_lo[sel], seg_hi[sel], seg_row[sel], k), REPEATED_SEGMENTS)
     # query parameters: a parameter starts after the '?' or an '&' and is not empty
     qrows = np.flatnonzero((parts.query_hi > parts.query_lo) & (code < 0))
     if len(qrows):
