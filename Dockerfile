@@ -14,12 +14,10 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 WORKDIR /opt/recrawl
 
 # Dependencies first (own layer, cached until the requirements change). The lock is used as a
-# constraints file so the image resolves to exactly the versions CI tested. The two PostgreSQL drivers
-# are only needed by the deployed metadata DB (sync psycopg2 + the async asyncpg engine Airflow 3 also
-# opens); they are pinned here until they are added to requirements.txt/requirements.lock.
+# constraints file so the image resolves to exactly the versions CI tested (the PostgreSQL drivers
+# psycopg2-binary and asyncpg that Airflow 3 needs for its metadata DB are in requirements.txt).
 COPY requirements.txt requirements.lock ./
-RUN pip install -r requirements.txt -c requirements.lock \
- && pip install "psycopg2-binary==2.9.13" "asyncpg==0.32.0" -c requirements.lock
+RUN pip install -r requirements.txt -c requirements.lock
 
 RUN useradd --create-home --uid 50000 --gid 0 airflow \
  && mkdir -p /opt/airflow/logs /opt/airflow/auth \

@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test lint bench clean
+.PHONY: install demo test lint airflow clean
 
 install: $(STAMP)
 
@@ -18,6 +18,9 @@ $(STAMP): requirements.txt requirements.lock
 
 test: install
 	$(BIN)/python -m pytest -q tests
+
+airflow: install
+	bash scripts/airflow-dev.sh
 
 lint: install
 	$(BIN)/ruff check .
