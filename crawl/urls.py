@@ -1758,7 +1758,9 @@ def _filter_block(arr: pa.Array, depths: np.ndarray, cfg: CrawlConfig) -> pa.Arr
         if pick.any():
             hit_rows = _repeat_candidates(d, seg_lo[pick], seg_hi[pick], seg_row[pick], k)
             if len(hit_rows):  # confirm exactly: a hash can only add candidates, never lose one
-                sel = np.isin(seg_row, hit_rows)
+                is_hit = np.zeros(n, bool)
+                is_hit[hit_rows] = True
+                sel = is_hit[seg_row]
                 mark(_repeated_exact(d, seg_lo[sel], seg_hi[sel], seg_row[sel], k), REPEATED_SEGMENTS)
     # query parameters: a parameter starts after the '?' or an '&' and is not empty
     qrows = np.flatnonzero((parts.query_hi > parts.query_lo) & (code < 0))
