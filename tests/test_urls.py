@@ -375,6 +375,7 @@ def test_filter_reasons_vectorised_equals_scalar_on_varied_urls() -> None:
         "http://example.com/a/a/a/", "http://b\u00fccher.example.com/", "http://\u0130.example.com/",
         "http://example.com?x=1&&y=2&z=3&w", "http://example.com#/a/a/a?a&b&c&d", "http:", "https://",
         "http://example.com/" + "\u00e9" * 70, "http://example.com/" + "e" * 70,
+        "http://example.com/a/a/a/", "", "http://example.com/b/b/b/", "h", "http://example.com/c/c/", "",
     ]
     urls += [u for u in canonicalize_many(pa.array(urls, pa.string())).to_pylist() if u is not None]
     rng = random.Random(4)
