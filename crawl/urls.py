@@ -1703,18 +1703,46 @@ def filter_reasons(urls: pa.Array | pa.ChunkedArray, depths: np.ndarray, cfg: Cr
 
     Every check runs over the whole column: the URL is split into host/path/query byte ranges with
     NumPy (the same answers as :func:`_split_url`), segments and parameters are counted from byte
-    positions, repeated segments are found by dictionary-encoding the segments of the rows that have
-    enough of them and sorting (row, segment) codes, the scope regex runs on the host column.
+    positions, repeated segments are found by sorting (row, segment-hash) keys and confirming the
+    candidates with dictionary codes, the scope regex runs on the host column. With many repeated URLs
+    (links to the same pages from many pages) the URL checks run once per distinct URL and only the
+    depth check per row.
     """
+    import pyarrow.compute as pc
+
     arr = _as_string_array(urls)
     depths = np.asarray(depths)
-    if len(arr) > _BLOCK_ROWS:
-        return pa.concat_arrays([_filter_block(arr.slice(i, _BLOCK_ROWS), depths[i:i + _BLOCK_ROWS], cfg)
-                                 for i in range(0, len(arr), _BLOCK_ROWS)])
-    return _filter_block(arr, depths, cfg)
+    n = len(arr)
+    if n == 0:
+        return pa.array([], pa.string())
+    code = None
+    if n >= _DEDUP_MIN_ROWS:
+        enc = pc.dictionary_encode(arr)
+        if len(enc.dictionary) < _DEDUP_MAX_SHARE * n:
+            per_url = _filter_codes(enc.dictionary, np.zeros(len(enc.dictionary), np.int64), cfg)
+            idx = enc.indices.fill_null(0).to_numpy(zero_copy_only=False)
+            code = per_url[idx] if len(per_url) else np.full(n, -1, np.int8)
+            if enc.indices.null_count:
+                code[~enc.indices.is_valid().to_numpy(zero_copy_only=False)] = _CODE[BAD_SCHEME]
+            # depth comes third: after bad_scheme and too_long, before the other URL checks
+            deep = (depths > cfg.max_depth) & (code != _CODE[BAD_SCHEME]) & (code != _CODE[TOO_LONG])
+            code[deep] = _CODE[TOO_DEEP]
+    if code is None:
+        code = _filter_codes(arr, depths, cfg)
+    valid = code >= 0
+    return pa.array(list(FILTER_REASONS), pa.string()).take(pa.array(np.where(valid, code, 0), mask=~valid))
 
 
-def _filter_block(arr: pa.Array, depths: np.ndarray, cfg: CrawlConfig) -> pa.Array:
+_CODE = {r: i for i, r in enumerate(FILTER_REASONS)}
+
+
+def _filter_codes(arr: pa.Array, depths: np.ndarray, cfg: CrawlConfig) -> np.ndarray:
+    """Reason codes (index into ``FILTER_REASONS``, -1 = keep) in cache-sized blocks."""
+    return np.concatenate([_filter_block(arr.slice(i, _BLOCK_ROWS), depths[i:i + _BLOCK_ROWS], cfg)
+                           for i in range(0, len(arr), _BLOCK_ROWS)] or [np.zeros(0, np.int8)])
+
+
+def _filter_block(arr: pa.Array, depths: np.ndarray, cfg: CrawlConfig) -> np.ndarray:
     import pyarrow.compute as pc
 
     n = len(arr)
@@ -1726,7 +1754,7 @@ def _filter_block(arr: pa.Array, depths: np.ndarray, cfg: CrawlConfig) -> pa.Arr
         code[idx] = FILTER_REASONS.index(why)
 
     if n == 0:
-        return pa.array([], pa.string())
+        return code
     off, d = _buffers(arr)
     start = off[:-1]
     ln = np.diff(off)
@@ -1788,8 +1816,7 @@ def _filter_block(arr: pa.Array, depths: np.ndarray, cfg: CrawlConfig) -> pa.Arr
             mask[non_ascii] = True
             low = pc.replace_with_mask(low, pa.array(mask), pa.array(fixed, pa.string()))
         mark(~_scope_ok(low, cfg.allowed_hosts), OUT_OF_SCOPE)
-    valid = code >= 0
-    return pa.array(list(FILTER_REASONS), pa.string()).take(pa.array(np.where(valid, code, 0), mask=~valid))
+    return code
 
 
 __all__ = [

@@ -414,8 +414,18 @@ def test_block_wise_processing_matches_one_pass(monkeypatch: pytest.MonkeyPatch)
     canon_want = [None if u is None else canonicalize(u) for u in urls]
     filt_want = filter_reasons(arr, depths, CFG).to_pylist()  # one block: checked against scalar above
     surt_want = [None if u is None else surt(u) for u in urls]
+    # repeats (as links are): distinct URLs are checked once, depth per row
+    rng = random.Random(5)
+    order = [rng.randrange(len(urls)) for _ in range(6000)]
+    rep = arr.take(pa.array(order))
+    rep_depths = np.array([rng.randint(0, 5) for _ in order])
+    rep_want = [filter_reason(urls[i], int(dep), CFG) if urls[i] is not None else "bad_scheme"
+                for i, dep in zip(order, rep_depths, strict=True)]
     monkeypatch.setattr(urls_mod, "_BLOCK_ROWS", 700)
     monkeypatch.setattr(urls_mod, "_DEDUP_MIN_ROWS", 100)
     assert canonicalize_many(arr).to_pylist() == canon_want
     assert filter_reasons(arr, depths, CFG).to_pylist() == filt_want
     assert surts(arr).to_pylist() == surt_want
+    got = filter_reasons(rep, rep_depths, CFG).to_pylist()
+    assert got == rep_want
+    assert {"too_deep", "bad_scheme", "repeated_segments", None} <= set(got)
