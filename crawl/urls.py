@@ -669,7 +669,8 @@ canonical = canonicalize  # the name conformance/SOURCES.md's examples use
 # at ~1-1.5 M rows/s, slower than this whole step is allowed to be. A URL of the "simple" class below is
 # ASCII, so one byte is one character and every boundary (host end, '?', '&', '=', '#') is a byte
 # position found with one vectorised compare over the data buffer plus a ``searchsorted`` per row. The
-# output strings are assembled by gathering byte ranges (see :func:`_gather`), never row by row.
+# output strings are Arrow string views into the input's bytes (see :func:`_view_array`), joined by
+# Arrow kernels where a row needs pieces, never built row by row in Python.
 
 # The simple class: URLs whose canonical form only needs host case, default-port removal, fragment
 # removal, '/' for an empty path and query-parameter work; every exclusion sends a row to the exact
@@ -732,50 +733,6 @@ def _last_in(pos: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
 def _count_in(pos: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
     """Per row, how many of the sorted byte positions ``pos`` lie in ``[lo, hi)``."""
     return np.searchsorted(pos, np.maximum(hi, lo)) - np.searchsorted(pos, lo)
-
-
-def _gather(src: np.ndarray, start: np.ndarray, length: np.ndarray, block: int = 1 << 24) -> np.ndarray:
-    """The byte ranges ``src[start:start+length]`` concatenated.
-
-    The source index of every output byte is a running sum of ones with a jump at each range start;
-    built in blocks of ranges to bound the index array's memory.
-    """
-    keep = length > 0
-    start, length = start[keep].astype(np.int64), length[keep].astype(np.int64)
-    ends = np.cumsum(length)
-    total = int(ends[-1]) if len(ends) else 0
-    out = np.empty(total, np.uint8)
-    itype = np.int32 if len(src) < np.iinfo(np.int32).max else np.int64
-    lo = 0
-    while lo < len(length):
-        o0 = int(ends[lo] - length[lo])
-        hi = max(int(np.searchsorted(ends, o0 + block, side="right")), lo + 1)
-        o1 = int(ends[hi - 1])
-        step = np.ones(o1 - o0, itype)
-        ostart = ends[lo:hi] - length[lo:hi] - o0
-        st = start[lo:hi]
-        step[0] = st[0]
-        step[ostart[1:]] = st[1:] - (st[:-1] + length[lo:hi - 1] - 1)
-        np.cumsum(step, out=step)
-        out[o0:o1] = src[step]
-        lo = hi
-    return out
-
-
-def _string_array(row_lengths: np.ndarray, data: np.ndarray) -> pa.Array:
-    """A ``pa.string()`` array from per-row byte lengths and the concatenated bytes (valid UTF-8)."""
-    off = np.zeros(len(row_lengths) + 1, np.int64)
-    np.cumsum(row_lengths, out=off[1:])
-    if off[-1] > np.iinfo(np.int32).max:
-        return pa.Array.from_buffers(pa.large_string(), len(row_lengths),
-                                     [None, pa.py_buffer(off), pa.py_buffer(data)]).cast(pa.string())
-    return pa.Array.from_buffers(pa.string(), len(row_lengths),
-                                 [None, pa.py_buffer(off.astype(np.int32)), pa.py_buffer(data)])
-
-
-def _ranges_to_strings(src: np.ndarray, start: np.ndarray, length: np.ndarray) -> pa.Array:
-    """One string per byte range of ``src``."""
-    return _string_array(length, _gather(src, start, length))
 
 
 def _rows_of(off: np.ndarray, pos: np.ndarray) -> np.ndarray:
@@ -933,27 +890,13 @@ def _sorted_within_rows(rows: np.ndarray, keys: pa.Array) -> np.ndarray:
     desc = pc.greater(keys.slice(0, n - 1), keys.slice(1)).to_numpy(zero_copy_only=False) & same
     if not desc.any():
         return order
-    bad_rows = np.unique(rows[1:][desc])
-    sub = np.flatnonzero(np.isin(rows, bad_rows))
+    bad = np.zeros(int(rows[-1]) + 1, bool)
+    bad[rows[1:][desc]] = True
+    sub = np.flatnonzero(bad[rows])
     t = pa.table({"r": rows[sub], "k": keys.take(pa.array(sub))})
     sub_order = pc.sort_indices(t, sort_keys=[("r", "ascending"), ("k", "ascending")]).to_numpy()
     order[sub] = sub[sub_order]
     return order
-
-
-def _rank_in_rows(rows: np.ndarray) -> np.ndarray:
-    """0, 1, 2... within each run of equal (grouped) ``rows``."""
-    n = len(rows)
-    if n == 0:
-        return np.zeros(0, np.int64)
-    first = np.ones(n, bool)
-    first[1:] = rows[1:] != rows[:-1]
-    starts = np.flatnonzero(first)
-    return np.arange(n) - np.repeat(starts, np.diff(np.append(starts, n)))
-
-
-def _lower_bytes(b: np.ndarray) -> np.ndarray:
-    return b + (((b >= ord("A")) & (b <= ord("Z"))).astype(np.uint8) << 5)
 
 
 def _u32_at(buf: np.ndarray, pos: np.ndarray) -> np.ndarray:
