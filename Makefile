@@ -26,7 +26,7 @@ lint: install
 	$(BIN)/ruff check .
 
 demo: install
-	$(BIN)/python -m crawl.demo
+	$(BIN)/python scripts/demo.py
 
 clean:
 	rm -rf crawldata .pytest_cache

@@ -1,4 +1,7 @@
-"""``make demo``: crawl the simulated web for a few rounds on the embedded Dask cluster, then query it.
+"""Engine-only demo: crawl the simulated web for a few rounds on the embedded Dask cluster, then query it.
+
+``make demo`` runs the same rounds through the Airflow DAG (``scripts/demo.py``); this one needs no
+Airflow (``python -m crawl.demo``).
 
 Starts ``python -m crawl.simweb serve`` on a free loopback port, runs the rounds through the same
 engine calls the Airflow DAG makes, prints the named DuckDB queries over the output, and stops the
@@ -35,6 +38,15 @@ def start_simweb(hosts: int, seed: int, log: Path) -> tuple[subprocess.Popen, in
     raise RuntimeError("the simulated web did not start")
 
 
+def print_summary(root: str, crawl_id: str) -> None:
+    """The named DuckDB queries over a crawl's published output."""
+    for name in ("summary", "status_mix", "pages_per_host", "duplicates", "freshness"):
+        print(f"\n== {name} ==")
+        print(query.format_table(query.run(root, crawl_id, name), max_rows=12))
+    print(f"\nQuery it yourself: .venv/bin/python -m crawl query --root {root} --crawl-id {crawl_id} "
+          f"\"SELECT count(*) FROM pages\"  (or DuckDB over {root}/index/)")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--root", default="crawldata")
@@ -65,10 +77,7 @@ def main(argv: list[str] | None = None) -> int:
                 rnd.run_round(cfg, seeds if i == 0 else None, start + timedelta(hours=i), progress=print,
                               client=client)
                 print(f"round {i + 1} wall time: {time.monotonic() - t0:.1f} s")
-        for name in ("summary", "status_mix", "pages_per_host", "duplicates", "freshness"):
-            print(f"\n== {name} ==")
-            print(query.format_table(query.run(cfg.root, cfg.crawl_id, name), max_rows=12))
-        print(f"\nQuery it yourself: python -m crawl query --root {root} \"SELECT count(*) FROM pages\"")
+        print_summary(cfg.root, cfg.crawl_id)
     finally:
         proc.terminate()
         try:
