@@ -64,6 +64,17 @@ FETCH_SCHEMA = pa.schema([
     ("retry_after_s", pa.float64()),
 ])
 
+# One row per <url> entry read from a host's sitemaps (fetched by fetch.py inside the host's politeness
+# schedule; update turns them into CrawlDb rows/evidence: source 'sitemap', sitemap_lastmod/changefreq).
+SITEMAP_SCHEMA = pa.schema([
+    ("host", pa.string()),
+    ("sitemap_url", pa.string()),        # the sitemap file the entry came from
+    ("loc", pa.string()),                # as written (absolute), not canonicalised
+    ("lastmod", TS),
+    ("changefreq", pa.string()),
+    ("fetch_time", TS),                  # when the sitemap was fetched
+])
+
 # One row per parsed document (HTML or another registered MIME type).
 PAGE_SCHEMA = pa.schema([
     ("url", pa.string()),
