@@ -1713,8 +1713,9 @@ def _filter_block(arr: pa.Array, depths: np.ndarray, cfg: CrawlConfig) -> np.nda
     mark(too_long, TOO_LONG)
     mark(depths > cfg.max_depth, TOO_DEEP)
 
-    rest = start + np.where(https, 8, 7)
-    rest = np.minimum(rest, off[1:])
+    # a bad-scheme row is decided already: give it empty pieces (its byte 7 may sit inside a
+    # multi-byte character, which must not start a string view)
+    rest = np.where(https, start + 8, np.where(http, start + 7, off[1:]))
     parts, sl = _split_url_bytes(off, d, rest, bool(cfg.allowed_hosts))
     # segments: each '/' of the path followed by a byte that is neither '/' nor the path's end starts
     # one. The row of every '/' comes from per-row counts (a repeat, not a search per '/').

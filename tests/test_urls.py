@@ -376,6 +376,7 @@ def test_filter_reasons_vectorised_equals_scalar_on_varied_urls() -> None:
         "http://example.com?x=1&&y=2&z=3&w", "http://example.com#/a/a/a?a&b&c&d", "http:", "https://",
         "http://example.com/" + "\u00e9" * 70, "http://example.com/" + "e" * 70,
         "http://example.com/a/a/a/", "", "http://example.com/b/b/b/", "h", "http://example.com/c/c/", "",
+        "ftp://\u00e9\u00e9.example.com/a", "xx:/\u00e9\u00e9\u00e9@b/:c", "\u00e9\u00e9\u00e9\u00e9\u00e9/a/a/a",
     ]
     urls += [u for u in canonicalize_many(pa.array(urls, pa.string())).to_pylist() if u is not None]
     rng = random.Random(4)
