@@ -65,6 +65,8 @@ class CrawlConfig:
     robots_ttl_s: float = 86_400.0
     robots_max_bytes: int = 512_000
     max_concurrent_hosts: int = 512
+    sitemaps: bool = True  # fetch Sitemap: files (or /sitemap.xml) of hosts whose robots.txt is fetched fresh
+    max_sitemaps_per_host: int = 10  # sitemap files (index children included) fetched per host and round
 
     # per-request limits
     connect_timeout_s: float = 5.0
@@ -114,7 +116,7 @@ _POSITIVE = {
     "max_host_errors", "robots_max_bytes", "max_concurrent_hosts", "connect_timeout_s",
     "read_timeout_s", "total_timeout_s", "max_body_bytes", "max_url_length", "round_duration_s",
     "max_query_params", "max_outlinks_per_page", "bloom_expected_urls", "dask_workers",
-    "max_path_segments",
+    "max_path_segments", "max_sitemaps_per_host",
 }
 _NON_NEGATIVE = {
     "politeness_delay_s", "max_crawl_delay_s", "backoff_base_s", "backoff_cap_s", "robots_ttl_s",
