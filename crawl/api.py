@@ -63,11 +63,29 @@ def lookup(root: str, crawl_id: str, url: str) -> dict[str, Any] | None:
     cols = [d[0] for d in rel.description]
     rec = dict(zip(cols, row, strict=True))
     rec["fetch_time"] = rec["fetch_time"].isoformat() if rec["fetch_time"] else None
+    # The stored body: the latest 2xx response of this URL; for a revisit (identical payload stored
+    # earlier, maybe under another URL) the response record with the same digest. A 304 or an error
+    # capture has no body of its own, so the body comes from the last capture that had one.
+    body = con.execute("""
+        WITH mine AS (
+            SELECT warc_type, content_digest, fetch_time FROM pages
+            WHERE url = ? AND subset = 'warc' AND warc_type IN ('response', 'revisit')
+            ORDER BY fetch_time DESC LIMIT 1
+        )
+        SELECT p.warc_filename, p.warc_record_offset, p.warc_record_length
+        FROM pages p, mine
+        WHERE p.subset = 'warc' AND p.warc_type = 'response' AND p.content_digest = mine.content_digest
+        ORDER BY (p.url = ?) DESC, p.fetch_time DESC LIMIT 1
+    """, [canon, canon]).fetchone()
+    rec["body_record"] = dict(zip(("warc_filename", "warc_record_offset", "warc_record_length"), body,
+                                  strict=True)) if body else None
     return rec
 
 
 def read_body(root: str, capture: dict[str, Any]) -> bytes:
-    """The stored payload of a capture (for a revisit: the payload of the record it refers to)."""
-    rec = read_record(root, capture["warc_filename"], int(capture["warc_record_offset"]),
-                      int(capture["warc_record_length"]))
+    """The stored payload of a capture: its ``body_record`` when :func:`lookup` found one (revisits,
+    304s), else the record the capture itself points at."""
+    where = capture.get("body_record") or capture
+    rec = read_record(root, where["warc_filename"], int(where["warc_record_offset"]),
+                      int(where["warc_record_length"]))
     return rec.payload

@@ -15,7 +15,7 @@ import pyarrow.compute as pc
 
 from crawl.config import CrawlConfig
 from crawl.store import Store
-from crawl.urls import registered_domain, surt
+from crawl.urls import registered_domain, surts
 
 INDEX_SCHEMA = pa.schema([
     ("url_surtkey", pa.string()),
@@ -125,7 +125,7 @@ def build_index(fetched: pa.Table, pages: pa.Table, dup_info: pa.Table, round_no
     digest = pc.replace_substring_regex(t.column("payload_digest"), "^sha1:", "")
     n = t.num_rows
     cols = {
-        "url_surtkey": pa.array([surt(u) for u in urls.to_pylist()], pa.string()),
+        "url_surtkey": surts(urls),
         "url": urls,
         **split,
         "fetch_time": t.column("fetch_time"),

@@ -618,8 +618,19 @@ def _canon_query(query: str, tracking: frozenset[str]) -> str:
     return "&".join(p[1] for p in params)
 
 
+_PATH_PARAM_RE = re.compile(r";([^/;=?#]*)=[^/;?#]*")
+
+
+def _strip_path_params(path: str, tracking: frozenset[str]) -> str:
+    """Drop ``;name=value`` path parameters whose name is a tracking/session parameter
+    (``/a;jsessionid=AB12/b`` -> ``/a/b``): a session id in the path spells one page many ways."""
+    return _PATH_PARAM_RE.sub(lambda m: "" if m.group(1).lower() in tracking else m.group(0), path)
+
+
 def _canon_parts(p: Parts, tracking: frozenset[str]) -> str:
     path = _norm_pct("/".join(p.path))
+    if ";" in path:
+        path = _strip_path_params(path, tracking)
     query = _canon_query(p.query, tracking) if p.query else ""
     out = [p.scheme, "://"]
     if p.username or p.password:
@@ -650,6 +661,8 @@ def _canonicalize(url: str, tracking: frozenset[str]) -> str | None:
         path = m.group(3) or "/"
         if "%" in path:
             path = _norm_pct(path)
+        if ";" in path:
+            path = _strip_path_params(path, tracking)
         query = m.group(4)
         q = _canon_query(query[1:], tracking) if query and len(query) > 1 else ""
         return f"{m.group(1)}://{m.group(2).lower()}{path}?{q}" if q else f"{m.group(1)}://{m.group(2).lower()}{path}"
@@ -680,11 +693,12 @@ canonical = canonicalize  # the name conformance/SOURCES.md's examples use
 #   need validation); a port in 1-65535 without a leading zero;
 # * path and query of characters no WHATWG encode set touches (as ``_FAST_RE``), no path segment that
 #   starts with '.' (dot segments);
+# * no ';' in the path: path parameters may hold a session id the scalar path strips;
 # * '%' only as an escape of a byte that is not unreserved (``_norm_pct`` only upper-cases its hex,
 #   which :func:`_upper_escapes` does in place); so no ``%2E``: a '%2e' segment is a dot segment.
 # A fragment may hold anything: it is dropped, and everything before the first '#' parses the same
 # with or without it.
-_P = r"A-Za-z0-9\-_~!$&'()*+,;=:@\[\]|"      # path characters but '.', '/', '%'
+_P = r"A-Za-z0-9\-_~!$&'()*+,=:@\[\]|"      # path characters but '.', '/', '%', ';' (path params)
 _Q = r"A-Za-z0-9\-._~!$&()*+,;=:@/?\[\]|{}`^"  # query characters but '%'
 _ESC = r"%(?i:[01][0-9a-f]|2[0-9a-cf]|3[a-f]|40|5[b-e]|60|7[b-df]|[89a-f][0-9a-f])"
 _PORT = r"(?:[1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5])"

@@ -430,3 +430,15 @@ def test_block_wise_processing_matches_one_pass(monkeypatch: pytest.MonkeyPatch)
     got = filter_reasons(rep, rep_depths, CFG).to_pylist()
     assert got == rep_want
     assert {"too_deep", "bad_scheme", "repeated_segments", None} <= set(got)
+
+
+@pytest.mark.parametrize("url, canon", [
+    ("http://a.sim.test/x;jsessionid=AB12?id=2", "http://a.sim.test/x?id=2"),
+    ("http://A.sim.test/;JSESSIONID=AB12", "http://a.sim.test/"),
+    ("http://a.sim.test/a;v=1/b;sid=3", "http://a.sim.test/a;v=1/b"),  # non-session params stay
+    ("http://a.sim.test/f.bin;phpsessid=1F#x", "http://a.sim.test/f.bin"),
+])
+def test_session_ids_in_path_parameters_are_dropped(url, canon):
+    assert canonicalize(url) == canon
+    assert canonicalize_many([url, canon]).to_pylist() == [canon, canon]
+    assert canonicalize(canon) == canon
