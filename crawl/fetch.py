@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import email.utils
 import heapq
+import ipaddress
 import random
 import time
 import zlib
@@ -60,6 +61,11 @@ ROBOTS_CACHE_SCHEMA = pa.schema([
 SUBSET_WARC = "warc"
 SUBSET_DIAG = "crawldiagnostics"
 SUBSET_ROBOTS = "robotstxt"
+SUBSET_SITEMAP = "sitemap"  # rows of sitemap requests; their records go in the robotstxt WARC file
+# sitemaps.org: a sitemap file may be up to 50 MB uncompressed (and list 50,000 URLs); the cap applies
+# to the decoded bytes, also for gzip'd .xml.gz files, and bounds each file's memory
+SITEMAP_MAX_BYTES = 50_000_000
+SITEMAP_MAX_ENTRIES_PER_HOST = 50_000  # entries kept per host and task, over all its sitemap files
 ROBOTS_MAX_REDIRECTS = 5  # RFC 9309 §2.3.1.2: follow at least five consecutive redirects
 # Added to every non-zero gap: covers clock-rate differences between our monotonic clock and the
 # server's wall clock (NTP slewing), so a gap we keep is never logged a hair short.
@@ -70,11 +76,16 @@ _WRITE_QUEUE_BYTES = 64 << 20  # bodies queued for the WARC writer thread before
 
 @dataclass
 class FetchOutput:
-    """What a fetch task returns: per-attempt rows, new robots cache rows and counters."""
+    """What a fetch task returns: per-attempt rows, new robots cache rows, counters and sitemap entries.
+
+    ``sitemap_rows`` (:data:`crawl.records.SITEMAP_SCHEMA`) are the ``<url>`` entries read from the
+    sitemaps of hosts whose robots.txt was fetched fresh in this task; update ingests them.
+    """
 
     fetches: pa.Table
     robots_rows: pa.Table
     stats: dict[str, Any]
+    sitemap_rows: pa.Table = field(default_factory=R.SITEMAP_SCHEMA.empty_table)
 
 
 @dataclass
@@ -86,26 +97,63 @@ class _Job:
     last_modified: str | None = None
     hops: int = 0
     robots: bool = False
+    sitemap: bool = False  # a sitemap file of the host (crawler-control request, not a page)
+
+
+@dataclass
+class _Slot:
+    """One politeness queue: the hosts sharing a politeness key (``cfg.politeness_key``).
+
+    Gap, in-flight limit and 429/503 backoff belong to the slot, so with ``domain`` or ``ip`` keys all
+    hosts of a domain (or on one address) are one queue to the server; robots.txt, errors and the
+    URL queues stay per host (RFC 9309 scopes robots.txt to scheme + host + port). With the default
+    ``host`` key a slot holds one host and this is the classic per-host queue.
+    """
+
+    key: str
+    hosts: list[_Host] = field(default_factory=list)
+    rr: int = 0  # round-robin position among the hosts
+    next_at: float = 0.0
+    delay: float = 0.0  # the strictest delay of its hosts (max of configured delay and Crawl-delays)
+    in_flight: int = 0
+    in_heap: bool = False
+    retired: bool = False  # no longer counts against cfg.max_concurrent_hosts
+    last_start: float = -1e9  # task-relative times of the last request start and answer
+    last_answer: float = -1e9
+
+    def pick(self) -> _Host | None:
+        """The next host (round-robin) that has a URL it may start now."""
+        hosts = self.hosts
+        n = len(hosts)
+        if n == 1:
+            h = hosts[0]
+            return h if h.queue and not h.closed and not h.blocked else None
+        for i in range(n):
+            h = hosts[(self.rr + i) % n]
+            if h.queue and not h.closed and not h.blocked:
+                self.rr = (self.rr + i + 1) % n
+                return h
+        return None
+
+    def has_work(self) -> bool:
+        return any(h.queue and not h.closed for h in self.hosts)
 
 
 @dataclass
 class _Host:
     host: str
     origin: str  # scheme://netloc of the host's first URL, where robots.txt is asked for
+    slot: _Slot
     queue: deque[_Job] = field(default_factory=deque)
-    next_at: float = 0.0
     delay: float = 0.0
-    in_flight: int = 0
-    in_heap: bool = False
     blocked: bool = False  # robots.txt in flight: no page request may start
     errors: int = 0
     backoff_n: int = 0
     policy: RobotsPolicy | None = None
     closed: bool = False  # remaining URLs were settled (deferred/filtered); nothing more to start
-    retired: bool = False  # no longer counts against cfg.max_concurrent_hosts
-    last_start: float = -1e9  # task-relative times of the last request start and answer
-    last_answer: float = -1e9
     rng: random.Random = field(default_factory=random.Random)
+    sitemaps_seen: set[str] = field(default_factory=set)  # sitemap URLs queued (capped per host)
+    sitemap_entries: int = 0
 
 
 @dataclass
@@ -119,6 +167,22 @@ class _Response:
     ip: str | None
     location: str | None
     retry_after: str | None
+
+
+def _gunzip_capped(body: bytes, cap: int) -> tuple[bytes, bool]:
+    """Decode a gzip'd sitemap (``.xml.gz`` served without Content-Encoding) up to ``cap`` bytes.
+
+    Returns (bytes, truncated). A body that is not gzip is returned as is; a broken stream keeps
+    what decoded. The cap is what makes a gzip bomb harmless.
+    """
+    if body[:2] != b"\x1f\x8b":
+        return body, False
+    d = zlib.decompressobj(wbits=31)
+    try:
+        out = d.decompress(body, cap + 1)
+    except zlib.error:
+        return b"", True
+    return out[:cap], len(out) > cap
 
 
 def parse_retry_after(value: str | None, now: datetime) -> float | None:
@@ -167,8 +231,11 @@ def _fresh_robots(cache: pa.Table | None, now: datetime, ttl_s: float) -> dict[s
     return out
 
 
+_NO_SLOT = _Slot(key="")  # placeholder until build_slots groups the hosts by politeness key
+
+
 class _Fetcher:
-    """One task's state: the host heap, the session, the WARC writers and the output rows."""
+    """One task's state: the slot heap, the session, the WARC writers and the output rows."""
 
     def __init__(self, cfg: CrawlConfig, root: str, warc_prefix: str, now: datetime,
                  known: Mapping[str, tuple[str, str]] | None, deadline_s: float) -> None:
@@ -179,7 +246,9 @@ class _Fetcher:
         self.deadline_s = deadline_s
         self.rows: list[dict[str, Any]] = []
         self.robots_rows: list[dict[str, Any]] = []
+        self.sitemap_parts: list[pa.Table] = []
         self.hosts: dict[str, _Host] = {}
+        self.slots: dict[str, _Slot] = {}
         self.heap: list[tuple[float, int, str]] = []
         self.seq = 0
         self.stats: Counter[str] = Counter()
@@ -192,7 +261,8 @@ class _Fetcher:
         self.resolver = GuardedResolver(cfg.resolve, allow_private=cfg.allow_private)
         self.wake = asyncio.Event()
         self.tasks: set[asyncio.Task[None]] = set()
-        self.active = 0  # admitted hosts not yet retired
+        self.active = 0  # admitted slots not yet retired
+        self.one_in_flight = cfg.max_in_flight_per_host == 1
 
     # -- clock -------------------------------------------------------------------------------
     def mono(self) -> float:
@@ -210,7 +280,7 @@ class _Fetcher:
             h = self.hosts.get(host)
             if h is None:
                 parts = urlsplit(url)
-                h = _Host(host=host, origin=f"{parts.scheme}://{parts.netloc}",
+                h = _Host(host=host, origin=f"{parts.scheme}://{parts.netloc}", slot=_NO_SLOT,
                           delay=self.cfg.politeness_delay_s,
                           rng=random.Random(zlib.crc32(host.encode())))
                 if host in cached:
@@ -223,19 +293,66 @@ class _Fetcher:
         self.stats["input_urls"] = fetchlist.num_rows
         self.stats["hosts"] = len(self.hosts)
 
+    async def _politeness_keys(self) -> dict[str, str]:
+        """host -> politeness key. ``ip`` resolves each host once (override rules need no lookup);
+        a host that does not resolve keeps its own key (its requests fail as ``dns`` anyway)."""
+        mode = self.cfg.politeness_key
+        if mode == "host":
+            return {name: name for name in self.hosts}
+        if mode == "domain":
+            return {name: U.registered_domain(name) or name for name in self.hosts}
+        keys: dict[str, str] = {}
+        sem = asyncio.Semaphore(32)
+
+        async def one(name: str) -> None:
+            bare = name.strip("[]")
+            rule = self.resolver.map.lookup(bare)
+            if rule is not None:
+                keys[name] = rule.ip
+                return
+            try:
+                ipaddress.ip_address(bare)
+                keys[name] = bare
+                return
+            except ValueError:
+                pass
+            try:
+                async with sem, asyncio.timeout(self.cfg.connect_timeout_s):
+                    res = await self.resolver.resolve(bare, 80)
+                keys[name] = res[0]["host"] if res else name
+            except Exception:  # noqa: BLE001 - unresolved: polite on its own, fails later as dns
+                keys[name] = name
+
+        await asyncio.gather(*(one(n) for n in self.hosts))
+        return keys
+
+    def build_slots(self, keys: Mapping[str, str]) -> None:
+        for name, h in self.hosts.items():
+            key = keys.get(name, name)
+            s = self.slots.get(key)
+            if s is None:
+                s = self.slots[key] = _Slot(key=key, delay=self.cfg.politeness_delay_s)
+            s.hosts.append(h)
+            h.slot = s
+        self.stats["politeness_keys"] = len(self.slots)
+
     # -- heap ---------------------------------------------------------------------------------
-    def push(self, h: _Host) -> None:
-        if not h.in_heap and not h.closed and h.queue:
-            h.in_heap = True
+    def push(self, s: _Slot) -> None:
+        if not s.in_heap and s.has_work():
+            s.in_heap = True
             self.seq += 1
-            heapq.heappush(self.heap, (h.next_at, self.seq, h.host))
+            heapq.heappush(self.heap, (s.next_at, self.seq, s.key))
 
     def settle_host(self, h: _Host, status: str, error: str, retry_after: float | None = None) -> None:
-        """Give every queued URL of the host a final row without fetching it (never lose a URL)."""
+        """Give every queued URL of the host a final row without fetching it (never lose a URL).
+
+        Queued robots.txt and sitemap requests get their own subset's row, so no consumer mistakes
+        them for pages."""
         t = self.wall()
         while h.queue:
             job = h.queue.popleft()
-            self.rows.append(_row(job, h.host, t, status, error=error, subset=SUBSET_DIAG,
+            subset = SUBSET_ROBOTS if job.robots else SUBSET_SITEMAP if job.sitemap else SUBSET_DIAG
+            self.rows.append(_row(job, h.host, t, status, error=error, subset=subset,
                                   retry_after_s=retry_after))
         h.closed = True
 
@@ -251,9 +368,11 @@ class _Fetcher:
             self.settle_host(h, R.DEFERRED, "crawl_delay_above_cap")
             return
         h.delay = max(self.cfg.politeness_delay_s, cd or 0.0)
-        if h.delay > 0:  # the robots.txt request itself counts: gap from it with the new delay
-            ref = h.last_answer if self.cfg.max_in_flight_per_host == 1 else h.last_start
-            h.next_at = max(h.next_at, ref + h.delay + _GAP_MARGIN_S, h.last_start + h.delay)
+        s = h.slot
+        s.delay = max(s.delay, h.delay)
+        if s.delay > 0:  # the robots.txt request itself counts: gap from it with the new delay
+            ref = s.last_answer if self.one_in_flight else s.last_start
+            s.next_at = max(s.next_at, ref + s.delay + _GAP_MARGIN_S, s.last_start + s.delay)
         keep: deque[_Job] = deque()
         t = self.wall()
         for job in h.queue:
@@ -261,15 +380,20 @@ class _Fetcher:
                 keep.append(job)
             else:
                 self.rows.append(_row(job, h.host, t, R.ROBOTS_DENIED, error="robots",
-                                      subset=SUBSET_DIAG))
+                                      subset=SUBSET_SITEMAP if job.sitemap else SUBSET_DIAG))
         h.queue = keep
 
     # -- main loop ----------------------------------------------------------------------------
     async def run(self) -> None:
         self.t0 = time.monotonic()
         cfg = self.cfg
-        trace = aiohttp.TraceConfig()
-        trace.on_request_headers_sent.append(self._on_headers_sent)
+        # the headers-sent hook only matters with parallel requests per key; a trace hook costs
+        # two coroutine calls per request, so it is left out otherwise
+        traces = []
+        if not self.one_in_flight:
+            trace = aiohttp.TraceConfig()
+            trace.on_request_headers_sent.append(self._on_headers_sent)
+            traces.append(trace)
         connector = aiohttp.TCPConnector(
             resolver=self.resolver, use_dns_cache=False,
             limit=cfg.max_concurrent_hosts * cfg.max_in_flight_per_host,
@@ -277,8 +401,9 @@ class _Fetcher:
         )
         self.timeout = aiohttp.ClientTimeout(total=None, sock_connect=cfg.connect_timeout_s,
                                              connect=cfg.connect_timeout_s, sock_read=cfg.read_timeout_s)
+        self.build_slots(await self._politeness_keys())
         async with aiohttp.ClientSession(
-            connector=connector, auto_decompress=True, trace_configs=[trace],
+            connector=connector, auto_decompress=True, trace_configs=traces,
             headers={"User-Agent": cfg.user_agent}, cookie_jar=aiohttp.DummyCookieJar(),
             max_field_size=16_384, read_bufsize=_CHUNK,
         ) as self.session:
@@ -287,53 +412,61 @@ class _Fetcher:
 
     async def _dispatch(self) -> None:
         cfg = self.cfg
-        pending = deque(self.hosts.values())
+        max_in_flight = cfg.max_in_flight_per_host
+        pending = deque(self.slots.values())
+        heap = self.heap
+        slots = self.slots
+        loop = asyncio.get_running_loop()
         while True:
             now = self.mono()
             if now >= self.deadline_s:
                 break
             while self.active < cfg.max_concurrent_hosts and pending:
-                h = pending.popleft()
+                s = pending.popleft()
                 self.active += 1
-                if h.policy is None:
-                    h.queue.appendleft(_Job(h.origin + "/robots.txt", 0, 0, robots=True))
-                else:
-                    self.apply_policy(h)
-                self.push(h)
-                self.retire(h)
-            if not self.heap and not self.tasks and not pending:
+                for h in s.hosts:
+                    if h.policy is None:
+                        h.queue.appendleft(_Job(h.origin + "/robots.txt", 0, 0, robots=True))
+                    else:
+                        self.apply_policy(h)
+                self.push(s)
+                self.retire(s)
+            if not heap and not self.tasks and not pending:
                 break
-            if self.heap and self.heap[0][0] <= now:
-                _, _, name = heapq.heappop(self.heap)
-                h = self.hosts[name]
-                h.in_heap = False
-                if h.closed or not h.queue or h.blocked or h.in_flight >= cfg.max_in_flight_per_host:
+            if heap and heap[0][0] <= now:
+                _, _, key = heapq.heappop(heap)
+                s = slots[key]
+                s.in_heap = False
+                if s.in_flight >= max_in_flight:
                     continue  # re-pushed when its in-flight request ends
-                if h.next_at > now + 1e-9:  # gate moved later (headers-sent time): re-key lazily
-                    self.push(h)
+                if s.next_at > now + 1e-9:  # gate moved later (answer/headers-sent time): re-key lazily
+                    self.push(s)
                     continue
+                h = s.pick()
+                if h is None:
+                    continue  # hosts blocked by robots.txt in flight: re-pushed when it ends
                 job = h.queue.popleft()
-                h.in_flight += 1
+                s.in_flight += 1
                 if job.robots:
                     h.blocked = True
-                h.next_at = now + h.delay + (_GAP_MARGIN_S if h.delay > 0 else 0.0)
-                h.last_start = now
-                task = asyncio.get_running_loop().create_task(self._run_job(h, job))
+                s.next_at = now + s.delay + (_GAP_MARGIN_S if s.delay > 0 else 0.0)
+                s.last_start = now
+                task = loop.create_task(self._run_job(h, job))
                 self.tasks.add(task)
                 task.add_done_callback(self._task_done)
-                if h.in_flight < cfg.max_in_flight_per_host:
-                    self.push(h)
+                if s.in_flight < max_in_flight:
+                    self.push(s)
                 continue
             wait = self.deadline_s - now
-            if self.heap:
-                wait = min(wait, self.heap[0][0] - now)
+            if heap:
+                wait = min(wait, heap[0][0] - now)
             self.wake.clear()
             try:
                 await asyncio.wait_for(self.wake.wait(), timeout=max(wait, 0.0005))
             except TimeoutError:
                 pass
         # deadline reached (or all done): settle everything not started, let in-flight requests end
-        for h in list(pending) + list(self.hosts.values()):
+        for h in self.hosts.values():
             if h.queue:
                 self.settle_host(h, R.DEFERRED, "deadline")
         while self.tasks:
@@ -342,10 +475,10 @@ class _Fetcher:
             if h.queue:
                 self.settle_host(h, R.DEFERRED, "deadline")
 
-    def retire(self, h: _Host) -> None:
-        """Free the host's concurrency slot once it has nothing queued and nothing in flight."""
-        if not h.retired and h.in_flight == 0 and (h.closed or not h.queue):
-            h.retired = True
+    def retire(self, s: _Slot) -> None:
+        """Free the slot's concurrency place once nothing is queued and nothing is in flight."""
+        if not s.retired and s.in_flight == 0 and not s.has_work():
+            s.retired = True
             self.active -= 1
 
     def _task_done(self, task: asyncio.Task[None]) -> None:
@@ -355,27 +488,29 @@ class _Fetcher:
         self.wake.set()
 
     async def _on_headers_sent(self, session: Any, ctx: Any, params: Any) -> None:
-        """With parallel requests per host, the gap runs from when the request really left."""
-        h = ctx.trace_request_ctx
-        if isinstance(h, _Host) and h.delay > 0 and self.cfg.max_in_flight_per_host > 1:
-            h.next_at = max(h.next_at, self.mono() + h.delay + _GAP_MARGIN_S)
+        """With parallel requests per key, the gap runs from when the request really left."""
+        s = ctx.trace_request_ctx
+        if isinstance(s, _Slot) and s.delay > 0:
+            s.next_at = max(s.next_at, self.mono() + s.delay + _GAP_MARGIN_S)
 
-    def _answered(self, h: _Host) -> None:
-        """One request per host: the gap runs from the answer (response headers, or the failure).
+    def _answered(self, s: _Slot) -> None:
+        """One request per key: the gap runs from the answer (response headers, or the failure).
 
         Why not from the send time: the server stamps a request's start when it gets round to it,
         which may be some milliseconds after we sent it, so send + delay can look like a shorter gap
         in the server's log. The server's start is always before its answer reaches us, so answer +
         delay is a gap the server can never see as too short (Nutch also counts from the end).
         """
-        h.last_answer = self.mono()
-        if h.delay > 0 and self.cfg.max_in_flight_per_host == 1:
-            h.next_at = max(h.next_at, h.last_answer + h.delay + _GAP_MARGIN_S)
+        s.last_answer = self.mono()
+        if s.delay > 0 and self.one_in_flight:
+            s.next_at = max(s.next_at, s.last_answer + s.delay + _GAP_MARGIN_S)
 
     # -- one request --------------------------------------------------------------------------
     async def _request(self, h: _Host, url: str, headers: dict[str, str], cap: int) -> _Response:
-        host = urlsplit(url).hostname or ""
-        self.resolver.check_literal(host)
+        host = h.host if url.startswith(h.origin) else (urlsplit(url).hostname or "")
+        if host[:1].isdigit() or host[:1] in "[:":  # IP literals bypass the resolver's guard
+            self.resolver.check_literal(host)
+        s = h.slot
         body = bytearray()
         truncated: str | None = None
         resp: aiohttp.ClientResponse | None = None
@@ -383,8 +518,8 @@ class _Fetcher:
         try:
             async with asyncio.timeout(self.cfg.total_timeout_s):
                 async with self.session.get(url, headers=headers, allow_redirects=False,
-                                            timeout=self.timeout, trace_request_ctx=h) as resp:
-                    self._answered(h)
+                                            timeout=self.timeout, trace_request_ctx=s) as resp:
+                    self._answered(s)
                     meta["status"] = resp.status
                     meta["reason"] = resp.reason or ""
                     meta["headers"] = [(k.decode("latin-1"), v.decode("latin-1"))
@@ -410,35 +545,46 @@ class _Fetcher:
                         truncated = "time"
         except TimeoutError:
             if "status" not in meta:
-                self._answered(h)
+                self._answered(s)
                 raise
             truncated = "time"
         except BaseException:
             if "status" not in meta:
-                self._answered(h)
+                self._answered(s)
             raise
         return _Response(meta["status"], meta["reason"], meta["headers"], meta["req_headers"],
                          bytes(body), truncated, meta["ip"], meta["location"], meta["retry_after"])
 
     async def _run_job(self, h: _Host, job: _Job) -> None:
+        s = h.slot
         try:
             if job.robots:
                 await self._robots(h, job)
+            elif job.sitemap:
+                await self._sitemap(h, job)
             else:
                 await self._page(h, job)
             await self._backpressure()
         except Exception as exc:  # a bug of ours must still leave a row for the URL (never lose one)
             self.stats["internal_errors"] += 1
+            subset = SUBSET_ROBOTS if job.robots else SUBSET_SITEMAP if job.sitemap else SUBSET_DIAG
             self.rows.append(_row(job, h.host, self.wall(), R.RETRY, error=f"internal:{type(exc).__name__}",
-                                  subset=SUBSET_ROBOTS if job.robots else SUBSET_DIAG))
+                                  subset=subset))
             if job.robots:
                 self.settle_host(h, R.DEFERRED, "robots_unavailable")
         finally:
-            h.in_flight -= 1
+            s.in_flight -= 1
             if job.robots:
                 h.blocked = False
-            self.push(h)
-            self.retire(h)
+            self.push(s)
+            self.retire(s)
+
+    async def _gap(self, h: _Host) -> None:
+        """Wait for the slot's next start, then take it (a redirect hop is a request to the host too)."""
+        s = h.slot
+        await asyncio.sleep(max(0.0, s.next_at - self.mono()))
+        s.last_start = self.mono()
+        s.next_at = s.last_start + s.delay + (_GAP_MARGIN_S if s.delay > 0 else 0.0)
 
     # -- robots.txt ---------------------------------------------------------------------------
     async def _robots(self, h: _Host, job: _Job) -> None:
@@ -448,9 +594,7 @@ class _Fetcher:
         body: bytes | None = None
         for hop in range(ROBOTS_MAX_REDIRECTS + 1):
             if hop:  # a redirect hop is a request to the host too: obey the gap
-                await asyncio.sleep(max(0.0, h.next_at - self.mono()))
-                h.last_start = self.mono()
-                h.next_at = h.last_start + h.delay + (_GAP_MARGIN_S if h.delay > 0 else 0.0)
+                await self._gap(h)
             t = self.wall()
             rjob = _Job(url, U.url_hash(url), 0)
             self.stats["robots_requests"] += 1
@@ -489,6 +633,120 @@ class _Fetcher:
             self.robots_rows.append({"host": h.host, "fetched_at": self.wall(), "status": status,
                                      "body": body})
         self.apply_policy(h)
+        if cfg.sitemaps and not h.closed:
+            self._queue_sitemaps(h, h.policy.sitemaps or [h.origin + "/sitemap.xml"])
+
+    # -- sitemaps -----------------------------------------------------------------------------
+    def _queue_sitemaps(self, h: _Host, urls: list[str], after_queued: bool = False) -> None:
+        """Queue sitemap files of the host as its next requests (same gap rules as pages).
+
+        Only the host's own files (scheme + host + port of its robots.txt origin: a sitemap may
+        only list URLs under its own location), allowed by its robots.txt, each once, at most
+        ``cfg.max_sitemaps_per_host``. Root files go first in the host's queue; index children
+        (``after_queued``) go behind the sitemaps already queued, so an index is read
+        breadth-first and the cap keeps the shallowest files.
+        """
+        prefix = h.origin.lower() + "/"
+        p = h.policy
+        jobs: list[_Job] = []
+        for url in urls:
+            if not url.lower().startswith(prefix):
+                self.stats["sitemaps_cross_host"] += 1
+                continue
+            if url in h.sitemaps_seen:
+                continue
+            if len(h.sitemaps_seen) >= self.cfg.max_sitemaps_per_host:
+                self.stats["sitemaps_over_cap"] += 1
+                continue
+            h.sitemaps_seen.add(url)
+            job = _Job(url, U.url_hash(url), 0, sitemap=True)
+            if p is not None and not p.allowed(url):
+                self.rows.append(_row(job, h.host, self.wall(), R.ROBOTS_DENIED, error="robots",
+                                      subset=SUBSET_SITEMAP))
+                continue
+            jobs.append(job)
+        if not jobs:
+            return
+        at = 0
+        if after_queued:
+            while at < len(h.queue) and h.queue[at].sitemap:
+                at += 1
+        for i, job in enumerate(jobs):
+            h.queue.insert(at + i, job)
+        self.push(h.slot)
+
+    async def _sitemap(self, h: _Host, job: _Job) -> None:
+        """Fetch one sitemap file (stored in the robotstxt WARC: a crawler-control file) and read it."""
+        t = self.wall()
+        self.stats["sitemap_requests"] += 1
+        try:
+            r = await self._request(h, job.url, {}, SITEMAP_MAX_BYTES)
+        except Exception as exc:  # noqa: BLE001 - network failures become rows
+            self.rows.append(_row(job, h.host, t, R.RETRY, error=classify_error(exc), subset=SUBSET_SITEMAP))
+            return
+        s = r.status
+        base = dict(http_status=s, content_type=_header(r.headers, "content-type"),
+                    etag=_header(r.headers, "etag"), last_modified=_header(r.headers, "last-modified"),
+                    content_length=len(r.body), truncated=r.truncated, subset=SUBSET_SITEMAP,
+                    **self._store(SUBSET_ROBOTS, job.url, t, r))
+        if 200 <= s < 300:
+            self.rows.append(_row(job, h.host, t, R.FETCHED, **base))
+            self._read_sitemap(h, job, t, r.body)
+        elif 300 <= s < 400:
+            target = U.resolve(r.location, job.url) if r.location else None
+            self.rows.append(_row(job, h.host, t, R.REDIRECT, redirect_location=target, **base))
+            if target is not None:  # counts against the per-host cap like any sitemap file
+                self._queue_sitemaps(h, [target], after_queued=True)
+        elif s in (429, 503):  # the server asks us to slow down: the whole key waits
+            wait = parse_retry_after(r.retry_after, datetime.now(UTC))
+            if wait is None:
+                wait = backoff_delay(self.cfg, h.backoff_n, h.rng)
+                h.backoff_n += 1
+            h.slot.next_at = max(h.slot.next_at, self.mono() + wait)
+            self.rows.append(_row(job, h.host, t, R.RETRY, error=f"http_{s}", retry_after_s=wait, **base))
+        else:
+            self.rows.append(_row(job, h.host, t, R.GONE if s in (404, 410) else R.HTTP_ERROR, **base))
+
+    def _read_sitemap(self, h: _Host, job: _Job, t: datetime, body: bytes) -> None:
+        try:
+            from crawl.sitemaps import parse_sitemap  # the freshness side owns the parser
+        except ImportError:  # not installed in this checkout: the fetch rows and WARC records stay
+            self.stats["sitemaps_unparsed"] += 1
+            return
+        data, cut = _gunzip_capped(body, SITEMAP_MAX_BYTES)
+        if cut:
+            self.stats["sitemaps_truncated"] += 1
+        try:
+            entries, children = parse_sitemap(data, job.url)
+        except Exception:  # noqa: BLE001 - a broken sitemap is the site's problem, not the round's
+            self.stats["sitemaps_unparsed"] += 1
+            return
+        if children:
+            self._queue_sitemaps(h, children, after_queued=True)
+        room = SITEMAP_MAX_ENTRIES_PER_HOST - h.sitemap_entries
+        if not entries or room <= 0:
+            if entries:
+                self.stats["sitemap_entries_over_cap"] += len(entries)
+            return
+        if len(entries) > room:
+            self.stats["sitemap_entries_over_cap"] += len(entries) - room
+            entries = entries[:room]
+        locs = pa.array([e[0] for e in entries], pa.string())
+        # sitemaps.org: a file may only list URLs under its own host (and scheme, port)
+        own = pc.starts_with(pc.utf8_lower(locs), h.origin.lower() + "/")
+        n = len(entries)
+        tbl = pa.table({
+            "host": pa.array([h.host] * n, pa.string()),
+            "sitemap_url": pa.array([job.url] * n, pa.string()),
+            "loc": locs,
+            "lastmod": pa.array([e[1] for e in entries], R.TS),
+            "changefreq": pa.array([e[2] for e in entries], pa.string()),
+            "fetch_time": pa.array([t] * n, R.TS),
+        }, schema=R.SITEMAP_SCHEMA).filter(own)
+        self.stats["sitemap_entries_foreign"] += n - tbl.num_rows
+        h.sitemap_entries += tbl.num_rows
+        self.stats["sitemap_entries"] += tbl.num_rows
+        self.sitemap_parts.append(tbl)
 
     # -- pages --------------------------------------------------------------------------------
     async def _page(self, h: _Host, job: _Job) -> None:
@@ -588,8 +846,8 @@ class _Fetcher:
         h.errors += 1
         self.stats["host_errors"] += 1
         if wait is not None:
-            h.next_at = max(h.next_at, self.mono() + wait)
-            if h.next_at < self.deadline_s and h.errors < self.cfg.max_host_errors:
+            h.slot.next_at = max(h.slot.next_at, self.mono() + wait)
+            if h.slot.next_at < self.deadline_s and h.errors < self.cfg.max_host_errors:
                 self.rows.append(_row(job, h.host, t, R.RETRY, error=error, retry_after_s=wait, **base))
                 h.queue.appendleft(_Job(job.url, job.url_hash, job.depth, job.etag, job.last_modified,
                                         job.hops))
@@ -677,6 +935,13 @@ def fetch_partition(
 ) -> FetchOutput:
     """Fetch one fetch-list partition politely; write three WARC files under ``root``; return rows.
 
+    Sitemaps (``cfg.sitemaps``): a host whose robots.txt is fetched here (not taken from
+    ``robots_cache``) and allows crawling gets its ``Sitemap:`` files, or ``/sitemap.xml`` when it names
+    none, fetched as ordinary scheduled requests of its politeness queue before its pages; sitemap
+    indexes are followed breadth-first up to ``cfg.max_sitemaps_per_host`` files. Their fetch rows have
+    subset ``"sitemap"`` and their WARC records go in the robotstxt file (crawler-control files, as
+    Common Crawl keeps robots.txt apart from pages); their entries come back as ``sitemap_rows``.
+
     Sync on purpose (Dask calls it): it runs its own event loop with one ``ClientSession``. The WARC
     paths depend only on ``warc_prefix``, and files are published atomically at the end, so a rerun
     overwrites the earlier attempt. ``known_digests`` (digest -> (url, ISO date)) turns an already
@@ -697,11 +962,17 @@ def fetch_partition(
         f.finish_rows()  # re-raises a failed write here, so the WARC files are aborted, not published
     elapsed = time.monotonic() - started
     fetches = pa.Table.from_pylist(f.rows, schema=R.FETCH_SCHEMA) if f.rows else R.empty(R.FETCH_SCHEMA)
+    sitemap_rows = (pa.concat_tables(f.sitemap_parts) if f.sitemap_parts
+                    else R.SITEMAP_SCHEMA.empty_table())
     robots_rows = (pa.Table.from_pylist(f.robots_rows, schema=ROBOTS_CACHE_SCHEMA) if f.robots_rows
                    else ROBOTS_CACHE_SCHEMA.empty_table())
     stats: dict[str, Any] = dict(f.stats)
-    is_robots = pc.equal(fetches["subset"], SUBSET_ROBOTS)
-    for key, part in (("status", fetches.filter(pc.invert(is_robots))), ("robots_status", fetches.filter(is_robots))):
+    subset = fetches["subset"]
+    is_robots = pc.equal(subset, SUBSET_ROBOTS)
+    is_sitemap = pc.equal(subset, SUBSET_SITEMAP)
+    is_page = pc.invert(pc.or_(is_robots, is_sitemap))
+    for key, part in (("status", fetches.filter(is_page)), ("robots_status", fetches.filter(is_robots)),
+                      ("sitemap_status", fetches.filter(is_sitemap))):
         counts = pc.value_counts(part["status"]).to_pylist() if part.num_rows else []
         stats[key] = {c["values"]: c["counts"] for c in counts}
     stats["elapsed_s"] = elapsed
@@ -709,7 +980,7 @@ def fetch_partition(
     stats["pages_per_s"] = stats.get("requests", 0) / elapsed if elapsed > 0 else 0.0
     stats["dns_lookups"] = f.resolver.lookups
     stats["warc_files"] = dict(f.names)
-    return FetchOutput(fetches=fetches, robots_rows=robots_rows, stats=stats)
+    return FetchOutput(fetches=fetches, robots_rows=robots_rows, stats=stats, sitemap_rows=sitemap_rows)
 
 
 __all__ = ["ROBOTS_CACHE_SCHEMA", "FetchOutput", "backoff_delay", "fetch_partition", "parse_retry_after"]

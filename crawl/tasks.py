@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from crawl.config import CrawlConfig
-from crawl.records import FETCH_SCHEMA, FETCHLIST_SCHEMA, LINK_SCHEMA, PAGE_SCHEMA
+from crawl.records import FETCH_SCHEMA, FETCHLIST_SCHEMA, LINK_SCHEMA, PAGE_SCHEMA, SITEMAP_SCHEMA
 from crawl.store import Store
 
 ROBOTS_CACHE_SCHEMA = pa.schema([
@@ -25,6 +25,10 @@ ROBOTS_CACHE_SCHEMA = pa.schema([
     ("status", pa.int32()),
     ("body", pa.binary()),
 ])
+# Fetch rows of crawler-control files (robots.txt, sitemaps): fetched like pages, but not documents
+# to parse, index or enter the CrawlDb as pages.
+CONTROL_SUBSETS = ("robotstxt", "sitemap")
+
 DIGESTS_SCHEMA = pa.schema([
     ("payload_digest", pa.string()),
     ("url", pa.string()),
@@ -49,7 +53,8 @@ def load_robots_cache(store: Store, version: int) -> pa.Table | None:
 
 
 def fetch_task(cfg: CrawlConfig, round_no: int, part: int, now: datetime) -> dict[str, Any]:
-    """Fetch one partition: WARC files + fetch records + robots rows, then the done marker."""
+    """Fetch one partition: WARC files + fetch records + robots rows + sitemap entries, then the done
+    marker (written last, so a partition with a marker has all its files)."""
     from crawl.fetch import fetch_partition
 
     store = Store(cfg.root, cfg.crawl_id)
@@ -71,6 +76,9 @@ def fetch_task(cfg: CrawlConfig, round_no: int, part: int, now: datetime) -> dic
         robots_rows = ROBOTS_CACHE_SCHEMA.empty_table()
     store.write_table(store.part_file(round_no, "robots", part), robots_rows.select(ROBOTS_CACHE_SCHEMA.names)
                       .cast(ROBOTS_CACHE_SCHEMA))
+    sitemap_rows = out.sitemap_rows if out.sitemap_rows is not None else SITEMAP_SCHEMA.empty_table()
+    store.write_table(store.part_file(round_no, "sitemaps", part),
+                      sitemap_rows.select(SITEMAP_SCHEMA.names).cast(SITEMAP_SCHEMA))
     stats = {"part": part, **_json_safe(out.stats)}
     store.mark_done(round_no, "fetched", part, stats)
     return stats
@@ -84,7 +92,9 @@ def parse_task(cfg: CrawlConfig, round_no: int, part: int, fetch_stats: dict[str
     if store.is_done(round_no, "parsed", part):
         return store.read_json(store.part_file(round_no, "parsed", part, "done"))
     fetched = store.read_table(store.part_file(round_no, "fetched", part), FETCH_SCHEMA)
-    documents = fetched.filter(pc.not_equal(fetched.column("subset"), "robotstxt"))
+    # pages and their diagnostics (redirect rows give redirect links); robots.txt and sitemap files
+    # are fetched with status 'fetched' too, but they are not documents
+    documents = fetched.filter(pc.invert(pc.is_in(fetched.column("subset"), pa.array(CONTROL_SUBSETS))))
     pages, links = parse_partition(cfg.root, documents, cfg.max_outlinks_per_page)
     store.write_table(store.part_file(round_no, "pages", part), pages.cast(PAGE_SCHEMA))
     store.write_table(store.part_file(round_no, "rawlinks", part), links.cast(LINK_SCHEMA))

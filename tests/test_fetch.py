@@ -66,7 +66,7 @@ def last_rows(out: FetchOutput) -> dict[str, dict]:
     """The latest row per URL (a URL retried inside the task has one row per attempt)."""
     rows: dict[str, dict] = {}
     for r in out.fetches.sort_by([("fetch_time", "ascending")]).to_pylist():
-        if r["subset"] != "robotstxt":
+        if r["subset"] not in ("robotstxt", "sitemap"):
             rows[r["url"]] = r
     return rows
 
@@ -303,7 +303,8 @@ def test_private_address_guard(simweb, tmp_path: Path) -> None:
     allowed = cfg_for(sw, resolve=(sw.resolve_rule, f"127.0.0.1=127.0.0.1:{sw.port}"))
     out = run(allowed, [url], tmp_path, "r1/p1")
     assert last_rows(out)[url]["status"] == "fetched"
-    assert {r["path"] for r in log_for(sw, {"127.0.0.1"})} == {"/", "/robots.txt"}
+    # robots.txt fetched fresh and allowing: /sitemap.xml (none named) is asked too, nothing else
+    assert {r["path"] for r in log_for(sw, {"127.0.0.1"})} == {"/", "/robots.txt", "/sitemap.xml"}
     # a name that resolves to loopback (no rule) is refused inside the resolver; allow_private lifts it
     local = [f"http://localhost:{sw.port}/", f"http://localhost:{sw.port}/x"]
     rows = last_rows(run(cfg_for(sw), local, tmp_path, "r1/p2"))
@@ -356,3 +357,31 @@ def test_deadline_defers_unstarted_urls(simweb, tmp_path: Path) -> None:
     deferred = [u for u in urls if rows[u]["status"] == "deferred"]
     assert rows[urls[0]]["status"] in ("fetched", "robots_denied")
     assert len(deferred) >= len(urls) - 5 and all(rows[u]["error"] == "deadline" for u in deferred)
+
+
+# --- politeness per key ------------------------------------------------------------------------------
+
+def test_politeness_key_ip_makes_one_queue(simweb, tmp_path: Path) -> None:
+    """All *.sim.test hosts resolve to 127.0.0.1: with politeness_key=ip they are one queue to the
+    server (no two request starts to any of them closer than the delay), robots.txt still per host."""
+    sw = simweb
+    hosts = ["news-007.sim.test", "forum-002.sim.test", "shop-003.sim.test", "docs-001.sim.test"]
+    urls = [u for h in hosts for u in host_urls(sw, h, 3)]
+    cfg = cfg_for(sw, politeness_delay_s=0.15, politeness_key="ip", sitemaps=False)
+    since = time.time()
+    out = run(cfg, urls, tmp_path)
+    assert out.stats["politeness_keys"] == 1 and out.stats["hosts"] == len(hosts)
+    assert all(r["status"] == "fetched" for r in last_rows(out).values())
+    log = sorted(log_for(sw, set(hosts), since), key=lambda r: r["start"])
+    assert len(log) == len(urls) + len(hosts)
+    assert sorted(r["host"] for r in log if r["path"] == "/robots.txt") == sorted(hosts)
+    gaps = [b["start"] - a["start"] for a, b in zip(log, log[1:], strict=False)]
+    assert min(gaps) >= 0.15, min(gaps)
+    # requests of different hosts interleave (one queue, round-robin), not host after host
+    assert len({r["host"] for r in log[:len(hosts)]}) == len(hosts)
+    # the same hosts with per-host keys run side by side: some starts closer than the delay
+    since = time.time()
+    out = run(cfg.replace(politeness_key="host"), urls, tmp_path, "r1/p1")
+    assert out.stats["politeness_keys"] == len(hosts)
+    log = sorted(log_for(sw, set(hosts), since), key=lambda r: r["start"])
+    assert min(b["start"] - a["start"] for a, b in zip(log, log[1:], strict=False)) < 0.15
