@@ -1,14 +1,27 @@
-"""Reprioritise: change-rate estimates, importance and the next fetch time of every URL.
+"""Reprioritise: change rates, importance, priority and next fetch time of every CrawlDb row.
 
-A first, closed-form scheduler (the learned model of the freshness work builds on it):
-- change rate: Cho & Garcia-Molina's bias-corrected estimator from n re-checks with X changes over
-  the observed span, shrunk towards a prior by Gamma-Poisson pooling so one observation does not
-  swing it;
-- importance: PageRank over the crawl's link graph (:mod:`crawl.rank`), normalised to mean 1;
-- priority of a fetched URL = importance x the Olston-Pandey utility U(t) = 1/λ - (t + 1/λ)e^(-λt)
-  (expected time the copy has been stale); never-fetched URLs get importance / (1 + depth);
-- transient failures wait ``retry_schedule_s`` and become ``gone`` after the last try (kept, visible).
-Every number is vectorised over the CrawlDb with NumPy.
+Runs once per round (``crawl.round.reprioritise``, the DAG's reprioritise task), vectorised over the
+whole CrawlDb with NumPy. ``schedule_policy`` picks how re-fetches are valued (never-fetched URLs are
+always ranked by importance / (1 + depth), seeds first, and get the frontier's ``coverage_share``):
+
+- ``default``: rate = Gamma-Poisson posterior of the page's own evidence (CGM-corrected re-check
+  history, trusted Last-Modified age before the first re-check) around the learned prior
+  (:mod:`crawl.prior`, refitted and saved every round); importance = PageRank (:mod:`crawl.rank`);
+  priority = importance × Olston-Pandey utility U(t) = 1/λ − (t + 1/λ)e^(−λt) at the next round
+  (t = time since the last fetch). U(t) is the expected time the stored copy has been stale, so the
+  top-N of importance × U within host slots is a batch form of the optimal "refresh when
+  importance × U ≥ τ" schedule: fast pages are worth less than their rate suggests (U saturates at
+  1/λ), which is why it beats rate-proportional refresh.
+- ``estimator``: the same allocation with the re-check history only (constant prior, importance 1).
+- ``oracle``: the true rates from ``oracle_rates_path`` (benchmarks), same allocation as default.
+- ``nutch``: Nutch AdaptiveFetchSchedule (changed → I·0.8, unchanged → I·1.4, sync_delta 0.3,
+  clamped to [60 s, 365 d]), due URLs ranked by importance.
+- ``uniform``: round-robin, the copy fetched longest ago first.
+
+``next_fetch_time`` is when importance × U(t) reaches this round's threshold τ (the marginal value
+that filled the refetch budget), so ``SELECT url, next_fetch_time, priority, change_rate, importance``
+in DuckDB answers "what will be fetched next and why". Transient failures wait ``retry_schedule_s`` and
+become ``gone`` after the last try.
 """
 
 from __future__ import annotations
@@ -19,16 +32,24 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
+from crawl import changerate as cr
+from crawl import prior as prior_mod
 from crawl import rank
 from crawl.config import CrawlConfig
 from crawl.store import Store
 
 DAY = 86_400.0
-PRIOR_RATE = 1.0 / 7.0      # changes/day assumed before any evidence
-PRIOR_WEIGHT_DAYS = 7.0     # prior counts as this many days of observation
-MIN_INTERVAL_S = 3_600.0
-MAX_INTERVAL_S = 30 * DAY
+MIN_INTERVAL_S = 60.0
+MAX_INTERVAL_S = 365 * DAY
+DEFAULT_ROUND_S = DAY          # assumed spacing of rounds before two rounds have run
+DUE_FACTOR = 2.0               # make ~2x the refetch budget due, so host caps never starve the round
+NUTCH_INC, NUTCH_DEC, NUTCH_SYNC = 0.4, 0.2, 0.3
+SEED_BOOST = 10.0
+# a copy is not worth re-fetching before it has at least this chance of having changed: below it the
+# budget is better spent on discovery (unused refetch slots flow to never-fetched URLs in the frontier)
+MIN_CHANGE_PROB = 0.05
 
 
 def _secs(col: pa.ChunkedArray | pa.Array) -> np.ndarray:
@@ -42,29 +63,88 @@ def _ts(seconds: np.ndarray) -> pa.Array:
     return pa.array(ms, pa.int64(), mask=np.isnan(seconds)).cast(pa.timestamp("ms", tz="UTC"))
 
 
-def estimate_change_rate(checks: np.ndarray, changes: np.ndarray, span_days: np.ndarray) -> np.ndarray:
-    """Changes/day: bias-corrected Cho-Garcia-Molina, pooled with the prior (Gamma-Poisson)."""
-    n = checks.astype(np.float64)
-    x = np.minimum(changes.astype(np.float64), n)
-    interval = np.where(n > 0, span_days / np.maximum(n, 1), np.nan)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        cgm = -np.log((n - x + 0.5) / (n + 0.5)) / interval
-    observed = np.where((n > 0) & (interval > 0), cgm, np.nan)
-    exposure = np.where(np.isnan(observed), 0.0, n * interval)
-    events = np.where(np.isnan(observed), 0.0, observed * exposure)
-    return (PRIOR_RATE * PRIOR_WEIGHT_DAYS + events) / (PRIOR_WEIGHT_DAYS + exposure)
+def _num(db: pa.Table, name: str, fill: float = 0.0) -> np.ndarray:
+    return pc.fill_null(db.column(name), fill).to_numpy(zero_copy_only=False).astype(np.float64)
 
 
 def utility(rate: np.ndarray, t_days: np.ndarray) -> np.ndarray:
-    """Olston-Pandey: expected stale time (days) accumulated t days after a refresh; grows with t."""
+    """Olston-Pandey: expected stale time (days) accumulated t days after a refresh; grows with t to 1/λ."""
     lam = np.maximum(rate, 1e-9)
     return 1.0 / lam - (t_days + 1.0 / lam) * np.exp(-lam * t_days)
 
 
+def time_to_utility(rate: np.ndarray, target: np.ndarray, iterations: int = 60) -> np.ndarray:
+    """Smallest t (days) with U(t) ≥ target (inf when target ≥ 1/λ), by vectorised bisection."""
+    lam = np.maximum(rate, 1e-9)
+    reachable = target < 1.0 / lam
+    lo = np.zeros_like(lam)
+    hi = np.full_like(lam, MAX_INTERVAL_S / DAY)
+    for _ in range(iterations):
+        mid = 0.5 * (lo + hi)
+        up = utility(lam, mid) >= target
+        hi = np.where(up, mid, hi)
+        lo = np.where(up, lo, mid)
+    return np.where(reachable, hi, np.inf)
+
+
+def estimate_change_rate(checks: np.ndarray, changes: np.ndarray, span_days: np.ndarray) -> np.ndarray:
+    """Changes/day from regular re-checks (CGM), shrunk to one change a week (kept for simple callers)."""
+    n = np.asarray(checks, np.float64)
+    interval = np.where(n > 0, span_days / np.maximum(n, 1), 0.0)
+    x = np.minimum(np.asarray(changes, np.float64), n)
+    ev, ex = cr.evidence(x, (n - x) * interval, x * interval, np.full(n.shape, np.nan))
+    return cr.gamma_poisson(np.full(n.shape, 1.0 / 7.0), ev, ex)
+
+
+def round_spacing_s(store: Store, round_no: int, now_s: float) -> float:
+    """Seconds between this round and the previous one (the expected wait until the next round)."""
+    prev = store.read_json(store.round_dir(round_no - 1, "generate.json")) if round_no > 1 else None
+    if prev and prev.get("now"):
+        gap = now_s - datetime.fromisoformat(prev["now"]).timestamp()
+        if gap > 0:
+            return gap
+    return DEFAULT_ROUND_S
+
+
+def oracle_rates(path: str, urls: pa.ChunkedArray | pa.Array) -> np.ndarray:
+    """True rates (changes/day) from a (url, change_rate) Parquet file; NaN for URLs not in it."""
+    t = pq.read_table(path, columns=["url", "change_rate"])
+    idx = pc.index_in(urls, value_set=t.column("url").combine_chunks())
+    rates = t.column("change_rate").to_numpy().astype(np.float64)
+    i = pc.fill_null(idx, -1).to_numpy(zero_copy_only=False)
+    return np.where(i >= 0, rates[np.maximum(i, 0)], np.nan)
+
+
+def _lastmod_age_days(db: pa.Table, success_s: np.ndarray) -> np.ndarray:
+    """Age of the stored version from trusted HTTP Last-Modified or sitemap lastmod (NaN if unknown)."""
+    hosts = db.column("host").to_numpy(zero_copy_only=False)
+    changes = _num(db, "change_count")
+    checks = _num(db, "check_count")
+    lm = cr.http_date_seconds(db.column("last_modified"))
+    lm_ok = cr.trusted_lastmod(hosts, lm, success_s)
+    sm = _secs(db.column("sitemap_lastmod"))
+    # a sitemap date after our first fetch while every re-check saw no change contradicts what we saw
+    contradicted = (sm > _secs(db.column("first_fetch_time"))) & (checks > 0) & (changes == 0)
+    sm_ok = cr.trusted_lastmod(hosts, sm, np.where(np.isnan(success_s), sm + cr.LIAR_AGE_S * 10, success_s),
+                               contradicted)
+    best = np.where(np.isnan(lm_ok), sm_ok, lm_ok)
+    return np.where(np.isnan(success_s), np.nan, (success_s - best) / DAY)
+
+
+def _threshold(values: np.ndarray, k: int) -> float:
+    """The k-th largest value (the marginal priority a budget of k buys); inf when k ≤ 0."""
+    if k <= 0 or values.size == 0:
+        return float("inf")
+    k = min(k, values.size)
+    return float(np.partition(values, values.size - k)[values.size - k])
+
+
 def reprioritise(cfg: CrawlConfig, store: Store, round_no: int, db: pa.Table,
                  now: datetime) -> tuple[pa.Table, dict[str, Any]]:
+    """CrawlDb version ``round_no`` from the merged rows: status, rates, importance, priority, next time."""
     now_s = now.timestamp()
     n = db.num_rows
+    policy = cfg.schedule_policy
     status_col = db.column("status")
 
     def is_status(*values: str) -> np.ndarray:
@@ -72,28 +152,74 @@ def reprioritise(cfg: CrawlConfig, store: Store, round_no: int, db: pa.Table,
 
     fetch_s = _secs(db.column("fetch_time"))
     success_s = _secs(db.column("last_success_time"))
-    first_s = _secs(db.column("first_fetch_time"))
-    checks = pc.fill_null(db.column("check_count"), 0).to_numpy()
-    changes = pc.fill_null(db.column("change_count"), 0).to_numpy()
-    retries = pc.fill_null(db.column("retry_count"), 0).to_numpy()
-    depth = pc.fill_null(db.column("depth"), 0).to_numpy().astype(np.float64)
+    retries = _num(db, "retry_count").astype(np.int64)
+    depth = _num(db, "depth")
+    checks = _num(db, "check_count")
+    changes = _num(db, "change_count")
+    unchanged_d = _num(db, "unchanged_time_s") / DAY
+    changed_d = _num(db, "changed_time_s") / DAY
+    spacing_s = round_spacing_s(store, round_no, now_s)
+    stats: dict[str, Any] = {"policy": policy, "round_spacing_s": spacing_s}
 
-    span_days = np.where(np.isnan(first_s) | np.isnan(success_s), 0.0, (success_s - first_s) / DAY)
-    rate = estimate_change_rate(checks, changes, span_days)
+    # ---- change rate ----
+    events, exposure = cr.evidence(changes, unchanged_d, changed_d,
+                                   _lastmod_age_days(db, success_s) if policy == "default" else np.full(n, np.nan))
+    if policy == "default":
+        model = prior_mod.fit(db, events, exposure, checks)
+        prior = prior_mod.predict(model, db, events, exposure, checks)
+        stats["model"] = {"path": prior_mod.save(store, round_no, model), **model.metrics}
+    else:
+        total = float(exposure.sum())
+        prior = np.full(n, events.sum() / total if total > 0 else 1.0 / 7.0)
+    rate = cr.gamma_poisson(prior, events, exposure)
+    if policy == "oracle":
+        true = oracle_rates(cfg.oracle_rates_path, db.column("url"))
+        rate = np.where(np.isnan(true), rate, np.clip(true, cr.MIN_RATE, cr.MAX_RATE))
+
+    # ---- importance ----
     importance, inlinks = rank.importance(store, round_no, db.column("url_hash").to_numpy())
+    if policy in ("estimator", "uniform"):
+        weight = np.ones(n)
+    else:
+        weight = importance
 
-    # retries past the schedule become gone (dead-letter: kept in the CrawlDb, never fetched again)
+    # ---- retries and non-content statuses ----
     sched = np.array(cfg.retry_schedule_s, dtype=np.float64)
     is_retry = is_status("retry")
     gone_now = is_retry & (retries > len(sched))
     is_retry = is_retry & ~gone_now
     retry_wait = sched[np.clip(retries - 1, 0, len(sched) - 1)] if len(sched) else np.full(n, DAY)
-
-    interval = np.clip(1.0 / np.maximum(rate, 1e-9) * DAY, MIN_INTERVAL_S, MAX_INTERVAL_S)
-    last = np.where(np.isnan(success_s), fetch_s, success_s)
-    nxt = np.full(n, np.nan)
     content = is_status("fetched", "not_modified", "duplicate", "near_duplicate")
-    nxt[content] = last[content] + interval[content]
+    last = np.where(np.isnan(success_s), fetch_s, success_s)
+    t_next = np.where(np.isnan(last), 0.0, np.maximum(now_s + spacing_s - last, 0.0) / DAY)
+
+    # ---- re-fetch value and next fetch time of content rows ----
+    interval_s = _num(db, "fetch_interval_s", np.nan)
+    fresh_pool = int((is_status("unfetched", "deferred")).sum())
+    refetch_budget = cfg.max_pages - min(fresh_pool, round(cfg.coverage_share * cfg.max_pages))
+    nxt_content = np.full(n, now_s)
+    if policy == "uniform":
+        value = t_next
+    elif policy == "nutch":
+        value = weight
+        nxt_content, interval_s = _nutch(db, round_no, last, success_s, interval_s, content, refetch_budget,
+                                         spacing_s)
+    else:
+        value = weight * utility(rate, t_next)
+        tau = _threshold(value[content], int(DUE_FACTOR * refetch_budget))
+        stats["tau"] = tau if np.isfinite(tau) else None
+        if np.isfinite(tau):
+            t_star = time_to_utility(rate, tau / np.maximum(weight, 1e-12))
+            t_min = -np.log1p(-MIN_CHANGE_PROB) / np.maximum(rate, 1e-9)
+            due_at = last + np.minimum(np.maximum(t_star, t_min) * DAY, MAX_INTERVAL_S)
+            # a row over the threshold at the next round is due now; others when they cross it
+            worth = (value >= tau) & (t_next >= t_min)
+            nxt_content = np.where(worth, now_s, np.maximum(due_at - spacing_s, now_s + 1.0))
+        interval_s = np.where(content, np.minimum(np.nan_to_num(nxt_content - last + spacing_s, nan=0.0),
+                                                  MAX_INTERVAL_S), interval_s)
+
+    nxt = np.full(n, np.nan)
+    nxt[content] = nxt_content[content]
     nxt[is_status("unfetched", "deferred")] = now_s
     nxt[is_retry] = fetch_s[is_retry] + retry_wait[is_retry]
     for name, wait in (("redirect", 7 * DAY), ("http_error", 30 * DAY), ("robots_denied", cfg.robots_ttl_s)):
@@ -101,10 +227,9 @@ def reprioritise(cfg: CrawlConfig, store: Store, round_no: int, db: pa.Table,
         nxt[sel] = fetch_s[sel] + wait
     nxt = np.where(np.isnan(nxt) & ~is_status("gone", "filtered") & ~gone_now, now_s, nxt)
 
-    t_days = np.where(np.isnan(last), 0.0, np.maximum(now_s - last, 0.0) / DAY)
-    seed_boost = np.where(pc.fill_null(pc.equal(db.column("source"), "seed"), False).to_numpy(zero_copy_only=False),
-                          10.0, 1.0)
-    priority = np.where(content, importance * utility(rate, t_days), importance * seed_boost / (1.0 + depth))
+    seed = pc.fill_null(pc.equal(db.column("source"), "seed"), False).to_numpy(zero_copy_only=False)
+    discovery = importance * np.where(seed, SEED_BOOST, 1.0) / (1.0 + depth)
+    priority = np.where(content, value, discovery)
 
     out = db
     for name, arr in (
@@ -114,7 +239,42 @@ def reprioritise(cfg: CrawlConfig, store: Store, round_no: int, db: pa.Table,
         ("inlinks", pa.array(inlinks.astype(np.int32))),
         ("priority", pa.array(priority)),
         ("next_fetch_time", _ts(nxt)),
+        ("fetch_interval_s", pa.array(interval_s, mask=np.isnan(interval_s))),
     ):
         out = out.set_column(out.schema.get_field_index(name), name, arr)
-    return out, {"gone_now": int(gone_now.sum()), "known": n,
-                 "due_next": int(np.sum(~np.isnan(nxt) & (nxt <= now_s)))}
+    stats.update({"gone_now": int(gone_now.sum()), "known": n,
+                  "due_next": int(np.sum(~np.isnan(nxt) & (nxt <= now_s + spacing_s))),
+                  "refetch_budget": int(refetch_budget),
+                  "mean_rate_content": float(rate[content].mean()) if content.any() else None})
+    return out, stats
+
+
+def _nutch(db: pa.Table, round_no: int, last: np.ndarray, success_s: np.ndarray, interval_s: np.ndarray,
+           content: np.ndarray, refetch_budget: int, spacing_s: float) -> tuple[np.ndarray, np.ndarray]:
+    """Nutch AdaptiveFetchSchedule: (next fetch time, interval) for every row.
+
+    The initial interval is the uniform cycle (known pages / refetch budget × round spacing), so
+    Nutch starts where round-robin is and adapts from there (its 30-day default would leave the
+    budget unused in a benchmark of days).
+    """
+    touched = _num(db, "round", -1) == round_no
+    fetched_now = touched & content & ~np.isnan(success_s) & (np.abs(success_s - _secs(db.column("fetch_time"))) < 1)
+    change_s = _secs(db.column("last_change_time"))
+    changed_now = fetched_now & (np.abs(change_s - success_s) < 1)
+    checked = fetched_now & (_num(db, "check_count") > 0)
+    cycle = max(spacing_s * max(int(content.sum()), 1) / max(refetch_budget, 1), MIN_INTERVAL_S)
+    interval = np.where(np.isnan(interval_s), cycle, interval_s)
+    interval = np.where(checked & changed_now, interval * (1 - NUTCH_DEC),
+                        np.where(checked, interval * (1 + NUTCH_INC), interval))
+    lm = cr.http_date_seconds(db.column("last_modified"))
+    modified = np.where(changed_now, success_s, np.where(np.isnan(lm), change_s, lm))
+    modified = np.where(np.isnan(modified), _secs(db.column("first_fetch_time")), modified)
+    delta = np.where(checked & ~np.isnan(modified), np.maximum(last - modified, 0.0), 0.0)
+    interval = np.where(delta > interval, delta, interval)
+    interval = np.clip(interval, MIN_INTERVAL_S, MAX_INTERVAL_S)
+    ref = last - NUTCH_SYNC * delta
+    return ref + interval, interval
+
+
+__all__ = ["estimate_change_rate", "oracle_rates", "reprioritise", "round_spacing_s", "time_to_utility",
+           "utility"]

@@ -174,6 +174,9 @@ def prepare(cfg: CrawlConfig, store: Store, round_no: int, fetched_all: pa.Table
                coalesce(e.duplicate_of, n.duplicate_of) AS duplicate_of,
                CASE WHEN f.status = 'redirect' THEN f.redirect_location END AS redirect_to
         FROM f LEFT JOIN pages p USING (url_hash) LEFT JOIN exact e USING (url_hash) LEFT JOIN near n USING (url_hash)
+        -- one row per URL: a page near-duplicate of several originals (or parsed twice) must not fork the
+        -- CrawlDb row (duplicate rows multiply in every later merge)
+        QUALIFY row_number() OVER (PARTITION BY f.url_hash ORDER BY e.duplicate_of, n.duplicate_of) = 1
     """).to_arrow_table().cast(FETCH_UPDATE_SCHEMA)
 
     raw_links = store.read_tables(_parts(store, round_no, "rawlinks"), LINK_SCHEMA)
