@@ -85,3 +85,92 @@ def test_rounds_use_the_model_and_next_fetch_is_queryable(simweb, tmp_path):
         WHERE status IN ('fetched', 'not_modified') ORDER BY next_fetch_time, priority DESC LIMIT 20
     """).fetchall()
     assert len(rows) == 20 and all(r[1] is not None and r[3] > 0 for r in rows)
+
+
+# ---- sitemaps -----------------------------------------------------------------------------------------
+def test_parse_sitemap_namespaces_gzip_whitespace_and_caps():
+    import gzip
+
+    from crawl.sitemaps import parse_sitemap
+
+    body = b"""<?xml version="1.0"?>
+    <urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9">
+      <url><loc>
+         http://a.test/x</loc><lastmod> 2026-01-05 </lastmod><changefreq>Daily</changefreq></url>
+      <url><loc>/relative</loc></url>
+      <url><loc>https://a.test/y</loc><lastmod>2026-01-05T10:00:00+02:00</lastmod></url>
+      <url><loc>https://a.test/z</loc><lastmod>not a date</lastmod></url>
+    </urlset>"""
+    for b in (body, gzip.compress(body), body.replace(b' xmlns="http://www.sitemaps.org/schemas/sitemap/0.9"', b"")):
+        entries, children = parse_sitemap(b, "http://a.test/sitemap.xml")
+        assert children == []
+        assert [e[0] for e in entries] == ["http://a.test/x", "https://a.test/y", "https://a.test/z"]
+        assert entries[0][1] == datetime(2026, 1, 5, tzinfo=UTC) and entries[0][2] == "daily"
+        assert entries[1][1] == datetime(2026, 1, 5, 8, tzinfo=UTC) and entries[2][1] is None
+    assert len(parse_sitemap(body, "", max_entries=2)[0]) == 2
+    index = b"<sitemapindex><sitemap><loc>http://a.test/s1.xml</loc></sitemap><sitemap><loc>http://a.test/s2.xml" \
+            b"</loc></sitemap></sitemapindex>"
+    assert parse_sitemap(index, "") == ([], ["http://a.test/s1.xml", "http://a.test/s2.xml"])
+
+
+def test_parse_sitemap_refuses_entities_bombs_and_garbage():
+    from crawl.sitemaps import parse_sitemap
+
+    xxe = b"""<?xml version="1.0"?><!DOCTYPE u [<!ENTITY x SYSTEM "file:///etc/passwd">]>
+    <urlset><url><loc>http://a.test/&x;</loc></url></urlset>"""
+    assert parse_sitemap(xxe, "") == ([], [])
+    laughs = b'<?xml version="1.0"?><!DOCTYPE l [<!ENTITY a "aaaaaaaaaa"><!ENTITY b "&a;&a;&a;&a;">]><urlset/>'
+    assert parse_sitemap(laughs, "") == ([], [])
+    import gzip
+    bomb = gzip.compress(b"<urlset>" + b" " * 3_000_000 + b"</urlset>")
+    assert parse_sitemap(bomb, "", max_bytes=1_000_000) == ([], [])
+    assert parse_sitemap(b"\x00\xff not xml", "") == ([], [])
+    assert parse_sitemap(b"", "") == ([], [])
+
+
+def test_simulated_web_sitemaps_parse_to_truth_and_liars_are_detected(simweb):
+    from crawl.changerate import trusted_lastmod
+    from crawl.sitemaps import entry_table, parse_sitemap, sitemap_rows
+    from crawl.urls import canonicalize, url_hashes
+
+    at = T0 + 5 * 86_400
+    simweb.set_clock(at)
+    truth = simweb.truth(at)
+    hosts = {h: m for h, m in zip(truth.column("host").to_pylist(), truth.column("host_sitemap").to_pylist(),
+                                   strict=True) if m != "none"}
+    flavour = dict(zip(truth.column("host").to_pylist(), truth.column("host_lastmod").to_pylist(), strict=True))
+    tables = []
+    for host in sorted(hosts)[:12]:
+        queue, seen = [f"http://{host}/sitemap.xml"], 0
+        while queue and seen < 10:   # follow indexes, bounded
+            url = queue.pop()
+            seen += 1
+            status, _, body = simweb.request(url)
+            if status != 200:
+                continue
+            entries, children = parse_sitemap(body, url)
+            queue.extend(children)
+            tables.append(entry_table(url, host, entries, datetime.fromtimestamp(at, UTC)))
+    entries = pa.concat_tables(tables)
+    assert entries.num_rows > 20
+    truth_last = dict(zip(truth.column("url").to_pylist(), truth.column("last_change_time").to_pylist(), strict=True))
+    for loc, lm, host in zip(entries.column("loc").to_pylist(), entries.column("lastmod").to_pylist(),
+                             entries.column("host").to_pylist(), strict=True):
+        canon = canonicalize(loc)
+        assert canon in truth_last
+        if flavour[host] == "true":
+            assert abs((lm - truth_last[canon]).total_seconds()) < 1
+        elif flavour[host] == "absent":
+            assert lm is None
+    lm_s = pc.cast(entries.column("lastmod"), pa.int64()).to_numpy(zero_copy_only=False) / 1000
+    lm_s = np.where(pc.is_null(entries.column("lastmod")).to_numpy(zero_copy_only=False), np.nan, lm_s)
+    trusted = trusted_lastmod(entries.column("host").to_numpy(zero_copy_only=False), lm_s, np.full(lm_s.size, at))
+    fl = np.array([flavour[h] for h in entries.column("host").to_pylist()])
+    assert np.all(np.isnan(trusted[fl == "now"])) and (fl == "now").any()
+    assert np.mean(~np.isnan(trusted[fl == "true"])) > 0.9
+    # update side: listed URLs become CrawlDb rows with their evidence
+    canon = [canonicalize(u) for u in entries.column("loc").to_pylist()]
+    entries = entries.set_column(entries.schema.get_field_index("loc"), "loc", pa.array(canon, pa.string()))
+    db, new = sitemap_rows(crawldb.CRAWLDB_SCHEMA.empty_table(), entries, url_hashes(pa.array(canon)), round_no=2)
+    assert new.num_rows == len(set(canon)) and set(new.column("source").to_pylist()) == {"sitemap"}
+    assert pc.sum(pc.is_valid(new.column("sitemap_lastmod"))).as_py() > 0
