@@ -349,7 +349,8 @@ def test_conditional_get_revisit_and_rerun(simweb, tmp_path: Path) -> None:
 def test_deadline_defers_unstarted_urls(simweb, tmp_path: Path) -> None:
     sw = simweb
     urls = host_urls(sw, "forum-001.sim.test", 30)
-    cfg = cfg_for(sw, politeness_delay_s=0.5)
+    # sitemaps off: forum-001's sitemap index would take the first slots of this 1.6 s run
+    cfg = cfg_for(sw, politeness_delay_s=0.5, sitemaps=False)
     t0 = time.monotonic()
     out = run(cfg, urls, tmp_path, deadline_s=1.6)
     assert time.monotonic() - t0 < 5
@@ -357,6 +358,96 @@ def test_deadline_defers_unstarted_urls(simweb, tmp_path: Path) -> None:
     deferred = [u for u in urls if rows[u]["status"] == "deferred"]
     assert rows[urls[0]]["status"] in ("fetched", "robots_denied")
     assert len(deferred) >= len(urls) - 5 and all(rows[u]["error"] == "deadline" for u in deferred)
+
+
+# --- sitemaps inside the host schedule ------------------------------------------------------------------
+
+SITEMAP_HOSTS = {  # host: (sitemap kind, lastmod flavour) as the simulated web's model has them
+    "news-001.sim.test": ("index", "true"), "docs-001.sim.test": ("single", "absent"),
+    "blog-002.sim.test": ("single", "now"), "news-003.sim.test": ("single", "true"),
+    "archive-002.sim.test": ("index", "absent"),  # robots.txt 404: /sitemap.xml asked anyway
+    "blog-003.sim.test": ("none", "now"),  # /sitemap.xml answers 404
+    "shop-004.sim.test": ("index", "true"),  # robots.txt redirects cross-host: its Sitemap: line is foreign
+}
+
+
+def test_sitemaps_follow_the_schedule_and_match_the_truth(simweb, tmp_path: Path) -> None:
+    sw = simweb
+    model_hosts = {h.name: h for h in sw.model.hosts}
+    assert all((model_hosts[h].sitemap, model_hosts[h].lastmod) == v for h, v in SITEMAP_HOSTS.items())
+    urls = [u for h in SITEMAP_HOSTS for u in host_urls(sw, h, 2)]
+    cfg = cfg_for(sw, politeness_delay_s=0.2)
+    since = time.time()
+    out = run(cfg, urls, tmp_path, "r1/p0")
+    truth = sw.truth()
+    f = out.fetches
+    sm = f.filter(pc.equal(f["subset"], "sitemap")).to_pylist()
+    # sitemap requests are their own subset, stored in the robotstxt WARC file (crawler-control files)
+    assert sm and all(r["warc_filename"] == "r1/p0-robotstxt.warc.gz" for r in sm if r["http_status"])
+    assert "r1/p0-robotstxt.warc.gz" in check_warc(out, tmp_path)
+    asked = {(U.host_of(r["url"]), r["url"].split(".sim.test", 1)[1]) for r in sm}
+    index_children = {h: {f"/sitemap-{i}.xml" for i in range(1, 4)} for h in ("news-001.sim.test",)}
+    for host, (kind, _) in SITEMAP_HOSTS.items():
+        paths = {p for h, p in asked if h == host}
+        if host == "shop-004.sim.test":
+            assert paths == set()  # the only Sitemap: line names another host: skipped
+        elif kind == "index":
+            assert "/sitemap.xml" in paths and len(paths) >= 2, (host, paths)
+        else:
+            assert paths == {"/sitemap.xml"}, (host, paths)
+    assert index_children["news-001.sim.test"] >= {p for h, p in asked if h == "news-001.sim.test"} - {"/sitemap.xml"}
+    assert out.stats["sitemaps_cross_host"] >= 1
+    by_url = {r["url"]: r for r in sm}
+    assert by_url["http://blog-003.sim.test/sitemap.xml"]["status"] == "gone"
+
+    # entries: exactly the host's listed pages (all but traps and fault pages), lastmod as the host lies
+    rows = out.sitemap_rows
+    assert rows.schema.names == ["host", "sitemap_url", "loc", "lastmod", "changefreq", "fetch_time"]
+    for host, (kind, lastmod) in SITEMAP_HOSTS.items():
+        got = rows.filter(pc.equal(rows["host"], host))
+        t = truth.filter(pc.and_(pc.equal(truth["host"], host),
+                                 pc.invert(pc.is_in(truth["page_type"], pa.array(["trap", "fault"])))))
+        if kind == "none" or host == "shop-004.sim.test":
+            assert got.num_rows == 0
+            continue
+        assert sorted(got["loc"].to_pylist()) == sorted(t["url"].to_pylist()), host
+        lm = dict(zip(got["loc"].to_pylist(), got["lastmod"].to_pylist(), strict=True))
+        true_lm = dict(zip(t["url"].to_pylist(), t["last_change_time"].to_pylist(), strict=True))
+        if lastmod == "absent":
+            assert all(v is None for v in lm.values())
+        elif lastmod == "true":  # the true last change (to the second; a change may land meanwhile)
+            close = [abs((lm[u] - true_lm[u]).total_seconds()) <= 1.0 for u in lm]
+            assert sum(close) >= 0.9 * len(close), host
+        else:  # "now": every entry claims a change at fetch time
+            assert all(abs((v - got["fetch_time"][0].as_py()).total_seconds()) < 5 for v in lm.values())
+
+    # server side: sitemap requests kept the gap and the one-in-flight rule with pages and robots.txt
+    log = log_for(sw, set(SITEMAP_HOSTS), since)
+    assert {(r["host"], r["path"]) for r in log if "sitemap" in r["path"]} == asked
+    for r in report_for(sw, set(SITEMAP_HOSTS)).values():
+        assert r["max_in_flight"] == 1, r
+        assert r["min_gap_s"] is None or r["min_gap_s"] >= 0.2, r
+    # sitemaps come before pages: the host's first page request follows its sitemap requests
+    seq = sorted((r for r in log if r["host"] == "docs-001.sim.test"), key=lambda r: r["start"])
+    assert [r["path"] for r in seq][:2] == ["/robots.txt", "/sitemap.xml"]
+
+    # the per-host file cap holds (index children breadth-first), and a cached robots.txt asks no sitemap
+    capped = cfg.replace(max_sitemaps_per_host=2)
+    since = time.time()
+    out2 = run(capped, host_urls(sw, "archive-002.sim.test", 1) + host_urls(sw, "news-003.sim.test", 1),
+               tmp_path, "r1/p1", robots_cache=out.robots_rows.filter(
+                   pc.equal(out.robots_rows["host"], "news-003.sim.test")))
+    log2 = log_for(sw, {"archive-002.sim.test", "news-003.sim.test"}, since)
+    assert sorted(r["path"] for r in log2 if "sitemap" in r["path"]) == [
+        ("/sitemap-1.xml"), ("/sitemap.xml")]
+    assert all(r["host"] == "archive-002.sim.test" for r in log2 if "sitemap" in r["path"])
+    assert out2.stats["sitemaps_over_cap"] == 2
+    assert set(out2.sitemap_rows["sitemap_url"].to_pylist()) == {"http://archive-002.sim.test/sitemap-1.xml"}
+    # sitemaps off: none asked
+    since = time.time()
+    out3 = run(cfg.replace(sitemaps=False), host_urls(sw, "docs-001.sim.test", 1), tmp_path, "r1/p2")
+    assert out3.sitemap_rows.num_rows == 0 and out3.stats.get("sitemap_requests", 0) == 0
+    assert not [r for r in log_for(sw, {"docs-001.sim.test"}, since) if "sitemap" in r["path"]]
 
 
 # --- politeness per key ------------------------------------------------------------------------------
