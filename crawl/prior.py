@@ -33,6 +33,7 @@ MIN_EXPOSURE_DAYS = 1.0     # a URL trains the prior once its re-checks span thi
 MIN_CHECKS = 2
 MIN_TRAIN = 40              # fewer usable URLs: fall back to host pooling
 HOLDOUT_SHARE = 0.2         # by URL hash, stable across rounds
+MAX_TRAIN = 200_000         # training rows kept (a stable hash sample): the fit stays seconds on any CrawlDb
 HOST_PRIOR_DAYS = 5.0       # host pooling: global rate counts as this many days of exposure
 N_FEATURES = 2 ** 16
 _TOKEN = r"[a-z]+|[0-9]+"
@@ -110,6 +111,10 @@ def fit(db: pa.Table, events: np.ndarray, exposure: np.ndarray, checks: np.ndarr
     hosts = db.column("host").to_numpy(zero_copy_only=False)
     held = _holdout(db.column("url_hash").to_numpy()) & usable
     train = usable & ~held
+    if train.sum() > MAX_TRAIN:
+        keep_share = MAX_TRAIN / train.sum()
+        h = db.column("url_hash").to_numpy().astype(np.uint64)
+        train &= ((h // np.uint64(1000)) % np.uint64(10_000)) < np.uint64(int(keep_share * 10_000))
     metrics: dict[str, Any] = {"global_rate": global_rate, "usable": int(usable.sum()), "train": int(train.sum()),
                                "holdout": int(held.sum())}
     if train.sum() < MIN_TRAIN:
