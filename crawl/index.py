@@ -170,7 +170,7 @@ def write_outputs(cfg: CrawlConfig, store: Store, round_no: int, fetch_parts: li
     """).to_arrow_table()
     for part in parts:
         sel = idx.filter(pc.equal(idx.column("part"), part))
-        for subset in ("warc", "crawldiagnostics", "robotstxt"):
+        for subset in ("warc", "crawldiagnostics", "robotstxt", "sitemap"):
             rows = sel.filter(pc.equal(sel.column("subset"), subset)).select(INDEX_SCHEMA.names)
             rel = store.index_file(subset, round_no, part)
             if rows.num_rows:

@@ -34,7 +34,7 @@ from crawl import crawldb, index, seen
 from crawl.config import CrawlConfig
 from crawl.records import FETCH_SCHEMA, LINK_SCHEMA, PAGE_SCHEMA
 from crawl.store import Store
-from crawl.tasks import DIGESTS_SCHEMA, ROBOTS_CACHE_SCHEMA
+from crawl.tasks import CONTROL_SUBSETS, DIGESTS_SCHEMA, ROBOTS_CACHE_SCHEMA
 from crawl.urls import canonicalize_many, filter_reasons, politeness_key, url_hashes
 
 SUCCESS = ("fetched", "not_modified")
@@ -135,7 +135,8 @@ def prepare(cfg: CrawlConfig, store: Store, round_no: int, fetched_all: pa.Table
     db_src = _prev_db_source(con, store, cfg, prev)
     k = cfg.simhash_max_distance
 
-    fetches = fetched_all.filter(pc.not_equal(fetched_all.column("subset"), "robotstxt"))
+    # page captures only: robots.txt and sitemap fetches are crawler-control files, not CrawlDb URLs
+    fetches = fetched_all.filter(pc.invert(pc.is_in(fetched_all.column("subset"), pa.array(CONTROL_SUBSETS))))
     # fetch rows for redirect hops carry the hop URL: re-derive canonical URL and hash for all rows
     raw_urls = fetches.column("url").combine_chunks()
     canon = pc.coalesce(canonicalize_many(raw_urls, cfg.tracking_params), raw_urls)

@@ -155,12 +155,9 @@ def test_default_seeds_file(module, monkeypatch: pytest.MonkeyPatch, tmp_path: P
 # ---- full rounds through the DAG (dag.test: real tasks, real engine, a real site on loopback) ------
 
 @pytest.fixture(scope="module")
-def site():
-    from airflow_harness import LoopbackSite
-
-    s = LoopbackSite()
-    yield s
-    s.close()
+def site(simweb):
+    """The simulated web (tests/conftest.py): what every crawl test runs against."""
+    return simweb
 
 
 @pytest.fixture(scope="module")
@@ -186,10 +183,12 @@ def dag_env(site, tmp_path_factory):
 def _index(root: Path, crawl_id: str):
     import duckdb
 
-    glob = f"{root}/index/crawl={crawl_id}/subset=warc/*.parquet"
+    # page captures of every subset but robots.txt (a 304 recrawl lands in crawldiagnostics)
+    glob = f"{root}/index/crawl={crawl_id}/*/*.parquet"
     return duckdb.sql(
         f"SELECT url, fetch_status, fetch_time, warc_filename, warc_record_offset, warc_record_length, round "
-        f"FROM read_parquet('{glob}', hive_partitioning=false) ORDER BY round, url").to_arrow_table().to_pylist()
+        f"FROM read_parquet('{glob}', hive_partitioning=true) WHERE subset <> 'robotstxt' "
+        f"ORDER BY round, url").to_arrow_table().to_pylist()
 
 
 @pytest.fixture(scope="module")
