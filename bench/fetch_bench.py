@@ -9,15 +9,22 @@
    the maximum in-flight requests per host (from the simulated web's access log).
 
 The simulated web runs as a subprocess (one core), as in the tests. Each run is bounded (~30 s).
+Sitemaps are off in the throughput run, so both sides fetch the same URLs (robots.txt aside).
+
+``--baseline-rev REV`` also runs ``crawl/fetch.py`` as it was at git revision REV, interleaved with
+the current one (``--reps`` pairs, each fetch run between two ceiling runs), so before/after ratios
+come from the same machine state.
 
     .venv/bin/python bench/fetch_bench.py                 # 600 simulated hosts, >= 500 crawled
     .venv/bin/python bench/fetch_bench.py --hosts 200 --polite-hosts 50
+    .venv/bin/python bench/fetch_bench.py --baseline-rev 4428359 --reps 2 --polite-hosts 0
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.util
 import json
 import os
 import platform
@@ -143,6 +150,45 @@ async def plain_loop(urls: list[str], rule: str, concurrency: int) -> dict:
     return {"pages": ok, "seconds": round(elapsed, 2), "pages_per_s": round(ok / elapsed, 1)}
 
 
+def load_fetch_at(rev: str):
+    """``crawl/fetch.py`` as of git revision ``rev``, imported as a separate module."""
+    src = subprocess.run(["git", "show", f"{rev}:crawl/fetch.py"], cwd=REPO, check=True,
+                         capture_output=True).stdout
+    path = Path(tempfile.mkdtemp(prefix="fetch_rev_")) / "fetch_baseline.py"
+    path.write_bytes(src)
+    spec = importlib.util.spec_from_file_location("fetch_baseline", path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["fetch_baseline"] = mod  # dataclasses look their module up
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def throughput_run(fetch_fn, cfg: CrawlConfig, urls: list[str], rule: str, concurrency: int,
+                   root: Path, prefix: str) -> dict:
+    """One fetch run at delay 0 between two ceiling runs; the ratio is against their mean."""
+    before = asyncio.run(plain_loop(urls, rule, concurrency))
+    t0 = time.monotonic()
+    out = fetch_fn(cfg, fetchlist(urls), root=str(root), warc_prefix=prefix, now=datetime.now(UTC),
+                   deadline_s=RUN_CAP_S)
+    elapsed = time.monotonic() - t0
+    # the ceiling is measured before and after ours and averaged: load from other work on a shared
+    # box drifts within a minute, and a ceiling from one side only skews the ratio
+    after = asyncio.run(plain_loop(urls, rule, concurrency))
+    ceiling = round((before["pages_per_s"] + after["pages_per_s"]) / 2, 1)
+    st = out.stats["status"]  # page rows only (robots.txt rows are counted apart)
+    ours = st.get("fetched", 0) / elapsed
+    return {
+        "hosts": len({U.host_of(u) for u in urls}), "urls": len(urls), "fetched": st.get("fetched", 0),
+        "status": st, "seconds": round(elapsed, 2), "pages_per_s": round(ours, 1),
+        "requests_per_s_incl_robots": round((out.stats.get("requests", 0)
+                                             + out.stats.get("robots_requests", 0)) / elapsed, 1),
+        "fetch_loop_s": round(out.stats["fetch_loop_s"], 2), "warc_drain_s": round(out.stats["warc_drain_s"], 2),
+        "ceiling_pages_per_s": ceiling, "ceiling_before_after": [before["pages_per_s"], after["pages_per_s"]],
+        "ratio_to_ceiling": round(ours / ceiling, 3) if ceiling else None,
+    }
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--hosts", type=int, default=600, help="simulated hosts (>= 500 good ones at 600)")
@@ -154,6 +200,8 @@ def main() -> int:
     ap.add_argument("--polite-hosts", type=int, default=100)
     ap.add_argument("--polite-pages", type=int, default=20, help="pages per host (capped so a run < 30 s)")
     ap.add_argument("--delay", type=float, default=1.0)
+    ap.add_argument("--baseline-rev", default="", help="also run crawl/fetch.py of this git revision")
+    ap.add_argument("--reps", type=int, default=1, help="throughput runs (pairs with --baseline-rev)")
     a = ap.parse_args()
 
     model = M.build(M.SimParams(seed=a.seed, hosts=a.hosts, pages_per_host=a.pages_per_host))
@@ -165,33 +213,31 @@ def main() -> int:
     try:
         all_good = [h.name for h in model.good_hosts()]  # no crawl-delay, robots.txt answers at once
         urls = pick_urls(model, all_good[: a.crawl_hosts], a.urls_per_host)
-        n_hosts = len({U.host_of(u) for u in urls})
         # warm the server's render cache once so every run sees the same (warm) server
         asyncio.run(plain_loop(urls, rule, a.concurrency))
-        before = asyncio.run(plain_loop(urls, rule, a.concurrency))
-        cfg = CrawlConfig().replace(resolve=(rule,), politeness_delay_s=0.0, max_concurrent_hosts=512)
-        t0 = time.monotonic()
-        out = fetch_partition(cfg, fetchlist(urls), root=str(work / "root"), warc_prefix="bench/delay0",
-                              now=datetime.now(UTC), deadline_s=RUN_CAP_S)
-        elapsed = time.monotonic() - t0
-        # the ceiling is measured before and after ours and averaged: load from other work on a shared
-        # box drifts within a minute, and a ceiling from one side only skews the ratio
-        after = asyncio.run(plain_loop(urls, rule, a.concurrency))
-        ceiling = {"pages_per_s": round((before["pages_per_s"] + after["pages_per_s"]) / 2, 1)}
-        st = out.stats["status"]  # page rows only (robots.txt rows are counted apart)
-        ours = st.get("fetched", 0) / elapsed
-        result["fetch_delay0"] = {
-            "hosts": n_hosts, "urls": len(urls), "fetched": st.get("fetched", 0), "status": st,
-            "seconds": round(elapsed, 2), "pages_per_s": round(ours, 1),
-            "requests_per_s_incl_robots": round((out.stats.get("requests", 0)
-                                                 + out.stats.get("robots_requests", 0)) / elapsed, 1),
-            "fetch_loop_s": round(out.stats["fetch_loop_s"], 2), "warc_drain_s": round(out.stats["warc_drain_s"], 2),
-            "ceiling_pages_per_s": ceiling["pages_per_s"],
-            "ceiling_before_after": [before["pages_per_s"], after["pages_per_s"]],
-            "ratio_to_ceiling": round(ours / ceiling["pages_per_s"], 3) if ceiling["pages_per_s"] else None,
-        }
+        cfg = CrawlConfig().replace(resolve=(rule,), politeness_delay_s=0.0, max_concurrent_hosts=512,
+                                    sitemaps=False)
+        baseline = load_fetch_at(a.baseline_rev).fetch_partition if a.baseline_rev else None
+        runs: dict[str, list[dict]] = {"current": [], "baseline": []}
+        for rep in range(max(1, a.reps)):
+            for name, fn in (("baseline", baseline), ("current", fetch_partition)):
+                if fn is None:
+                    continue
+                r = throughput_run(fn, cfg, urls, rule, a.concurrency, work / "root", f"bench/{name}{rep}")
+                runs[name].append(r)
+                print(json.dumps({"run": name, "rep": rep, "ratio_to_ceiling": r["ratio_to_ceiling"],
+                                  "pages_per_s": r["pages_per_s"], "ceiling": r["ceiling_pages_per_s"]}),
+                      flush=True)
+        result["fetch_delay0"] = runs["current"][-1]
+        result["fetch_delay0"]["ratios_current"] = [r["ratio_to_ceiling"] for r in runs["current"]]
+        if baseline is not None:
+            result["fetch_delay0"]["baseline_rev"] = a.baseline_rev
+            result["fetch_delay0"]["ratios_baseline"] = [r["ratio_to_ceiling"] for r in runs["baseline"]]
         print(json.dumps({"fetch_delay0": result["fetch_delay0"]}), flush=True)
 
+        if a.polite_hosts <= 0:
+            print(json.dumps(result))
+            return 0
         # politeness-bound run on other hosts (fresh server state for them)
         per_host = min(a.polite_pages, int((RUN_CAP_S - 2) / max(a.delay, 1e-3)))
         # hosts with at least per_host pages, so every host has the same work and H/d is reachable
