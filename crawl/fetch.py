@@ -4,15 +4,20 @@ Why this shape: a Dask task calls :func:`fetch_partition` (a plain sync function
 of the fetch list; the partition holds whole hosts, so all politeness state (next-allowed time, robots
 policy, error count, backoff) lives here, in one event loop, and nothing is shared between workers.
 
-Scheduling (Nutch/StormCrawler style, one queue per host): a min-heap of hosts keyed by the time the
-host may next start a request. The dispatcher pops a due host, starts its next URL and pushes the host
-back at ``start + delay``. ``delay = max(cfg.politeness_delay_s, robots Crawl-delay)``, measured between
-the *starts* of two requests (robots.txt included). With one request in flight per host (the
-default) the next start is also held until ``delay`` after the previous answer arrived, so the gap the
-*server* logs between its request starts can never be shorter than the delay, whatever its own
-scheduling latency; with several in flight, from when the request headers were written.
-At most ``cfg.max_concurrent_hosts`` hosts are active at once and at most
-``cfg.max_in_flight_per_host`` requests run per host.
+Scheduling (Nutch/StormCrawler style, one queue per politeness key): a min-heap of queues keyed by the
+time the queue may next start a request. The key is ``cfg.politeness_key``: the host (default), its
+registered domain, or its IP address (resolved once per host at the start of the task). The frontier
+partitions by the same key for host and domain, so a key's hosts are all in one task; for ip it cannot
+resolve and partitions by host, so ip keys only join the hosts that share a task. Gap, in-flight limit
+and 429/503 backoff are per key; robots.txt, error counts and URL queues stay per host (RFC 9309),
+taken round-robin within a key. The dispatcher pops a due queue, starts its next URL and pushes the
+queue back at ``start + delay``. ``delay = max(cfg.politeness_delay_s, robots Crawl-delay)`` (the
+largest among a key's hosts), measured between the *starts* of two requests, robots.txt and sitemap
+files included. With one request in flight per key (the default) the next start is also held until
+``delay`` after the previous answer arrived, so the gap the *server* logs between its request starts
+can never be shorter than the delay, whatever its own scheduling latency; with several in flight,
+from when the request headers were written. At most ``cfg.max_concurrent_hosts`` keys are active at
+once and at most ``cfg.max_in_flight_per_host`` requests run per key.
 
 Failures belong to the host: 429/503 push the host's next-allowed time (``Retry-After`` or exponential
 backoff with jitter), and after ``cfg.max_host_errors`` errors the host's remaining URLs are deferred to
