@@ -875,7 +875,7 @@ class _Fetcher:
         known = self.known
 
         def write() -> tuple[RecordRef, str | None, tuple[str, str] | None]:
-            prior = None
+            prior = digest = None
             if dedup:
                 digest = payload_digest(r.body)
                 prior = known.get(digest)
@@ -886,7 +886,7 @@ class _Fetcher:
                 return (w.write_revisit(url, t, r.status, r.reason, r.headers, digest, prior[0],
                                         _parse_iso(prior[1]), ip=r.ip), digest, prior)
             ref = w.write_response(url, t, r.status, r.reason, r.headers, r.body, r.ip, r.truncated,
-                                   concurrent_to=req.record_id)
+                                   concurrent_to=req.record_id, digest=digest)
             return ref, ref.digest, None
 
         return {"warc_filename": self.names[subset], "_ref": self.writer.submit(write, len(r.body) + 1024)}

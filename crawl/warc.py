@@ -212,8 +212,10 @@ class WarcFile:
         ip: str | None,
         truncated: str | None,
         concurrent_to: str | None = None,
+        digest: str | None = None,
     ) -> RecordRef:
-        digest = payload_digest(payload)
+        """``digest``: the payload digest when the caller already computed it (no second SHA-1)."""
+        digest = digest or payload_digest(payload)
         warc_headers = {
             "WARC-Record-ID": _record_id(),
             "WARC-Date": warc_date(fetch_time),
