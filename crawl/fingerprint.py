@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import re
 import unicodedata
 
 import numpy as np
@@ -70,12 +71,110 @@ def normalise_text(text: str) -> str:
     Why: the text digest should not change when only markup layout, non-breaking spaces or letter
     case change, so that "same text" means same words in the same order.
     """
-    return " ".join(unicodedata.normalize("NFKC", text).lower().split())
+    return " ".join(_nfkc(text).lower().split())
 
 
 def text_digest(text: str) -> str:
     """Base32 SHA-1 of the normalised text (32 characters, no ``sha1:`` prefix, as ``PAGE_SCHEMA``)."""
     return base64.b32encode(hashlib.sha1(normalise_text(text).encode("utf-8")).digest()).decode("ascii")
+
+
+# --- NFKC without normalising the whole text -------------------------------------------------------
+# ``unicodedata.normalize`` gives up its quick check at the first character that NFKC changes (an
+# ellipsis, a trademark sign, a non-breaking space: most real pages have one) and then rebuilds the
+# whole string, ~250 us for 15 KB. Every ASCII character starts a normalisation boundary (combining
+# class 0, NFKC_QC=Yes: nothing before it can combine with it or with anything after it), so the text
+# can be normalised piecewise: only the runs of non-ASCII characters holding an "unsafe" one, each
+# with the ASCII character before it (which may compose with a following mark). "Safe" characters,
+# kept as they are, are the Latin-1/Latin Extended letters and the punctuation and currency signs that
+# NFKC maps to themselves and that never combine; tests compare with ``unicodedata.normalize``.
+_SAFE_RANGES = ((0xA0, 0x250), (0x2010, 0x2028), (0x2030, 0x2070), (0x20A0, 0x20C0))
+_SAFE = "".join(c for lo, hi in _SAFE_RANGES for c in map(chr, range(lo, hi))
+                if unicodedata.normalize("NFKC", c) == c and unicodedata.combining(c) == 0 and not c.isspace())
+_UNSAFE_RE = re.compile("[^\x00-\x7f" + re.escape(_SAFE) + "]")
+# whitespace that str.split() knows and bytes.split() does not; outside unsafe runs only \x1c-\x1f occur
+_UNICODE_WS_RE = re.compile("[\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]")
+
+
+def _nfkc_spans(text: str) -> tuple[str, bool]:
+    """(NFKC of ``text``, whether it may hold whitespace beyond ASCII), normalising only unsafe runs."""
+    if text.isascii():
+        return text, False
+    m = _UNSAFE_RE.search(text)
+    if m is None:
+        return text, False
+    out: list[str] = []
+    pos = 0
+    n = len(text)
+    odd_ws = False
+    while m is not None:
+        i = m.start()
+        s = i
+        while s > pos and not text[s - 1].isascii():
+            s -= 1
+        if s > pos:
+            s -= 1  # the ASCII character before the run: "e" + U+0301 composes to "é"
+        e = i + 1
+        while e < n and not text[e].isascii():
+            e += 1
+        span = unicodedata.normalize("NFKC", text[s:e])
+        odd_ws = odd_ws or _UNICODE_WS_RE.search(span) is not None
+        out.append(text[pos:s])
+        out.append(span)
+        pos = e
+        m = _UNSAFE_RE.search(text, e)
+    out.append(text[pos:])
+    return "".join(out), odd_ws
+
+
+def _nfkc(text: str) -> str:
+    """``unicodedata.normalize("NFKC", text)``, normalising only the runs that can change."""
+    return _nfkc_spans(text)[0]
+
+
+# ASCII whitespace as str.split() sees it (bytes.split() leaves out \x1c-\x1f)
+_WS_LUT = np.zeros(256, bool)
+_WS_LUT[[9, 10, 11, 12, 13, 28, 29, 30, 31, 32]] = True
+# word bytes of the SimHash tokeniser: [0-9a-z_] and every byte of a multi-byte UTF-8 character
+_WORD_LUT = np.zeros(256, bool)
+_WORD_LUT[[*range(48, 58), *range(97, 123), 95, *range(128, 256)]] = True
+
+
+def _collapse_ws(b: np.ndarray) -> np.ndarray:
+    """UTF-8 bytes with ASCII whitespace runs collapsed to one space and trimmed (``" ".join(s.split())``
+    for text whose only whitespace is ASCII), without a Python object per word."""
+    if b.size == 0:
+        return b
+    ws = _WS_LUT[b]
+    keep = ~ws
+    keep[1:] |= ~ws[:-1]  # the first byte of each whitespace run (after a non-space) stays, as a space
+    out = np.where(ws, np.uint8(32), b)[keep]
+    if out.size and out[-1] == 32:
+        out = out[:-1]
+    return out
+
+
+def fingerprints(text: str) -> tuple[int, str]:
+    """``(simhash(text), text_digest(text))`` in one pass over ``text``.
+
+    Why: parse fingerprints every page; both need the lowercased UTF-8 bytes, and when NFKC leaves the
+    text alone (no unsafe character) they are the same bytes. The whitespace collapse of the digest
+    runs on those bytes in NumPy, not as one Python string per word.
+    """
+    normal, odd_ws = _nfkc_spans(text)
+    low = text.lower()
+    try:
+        raw = low.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate: the scalar functions' behaviour (digest raises)
+        return simhash(text), text_digest(text)
+    b = np.frombuffer(raw, dtype=np.uint8)
+    sim = _simhash_of_hashes(_word_hashes_bytes(b))
+    if odd_ws:
+        digest_src = " ".join(normal.lower().split()).encode("utf-8")
+    else:
+        nb = b if normal is text else np.frombuffer(normal.lower().encode("utf-8"), dtype=np.uint8)
+        digest_src = _collapse_ws(nb).tobytes()
+    return sim, base64.b32encode(hashlib.sha1(digest_src).digest()).decode("ascii")
 
 
 def _mix(x: np.ndarray) -> np.ndarray:
@@ -93,13 +192,16 @@ def word_hashes(text: str) -> np.ndarray:
     A word's hash is sum(byte * P**k) over its bytes at in-word position k, computed for all words
     at once from one prefix sum over the text: (prefix[end] - prefix[start]) * P**-start.
     """
-    b = np.frombuffer(text.lower().encode("utf-8", "surrogatepass"), dtype=np.uint8)
+    return _word_hashes_bytes(np.frombuffer(text.lower().encode("utf-8", "surrogatepass"), dtype=np.uint8))
+
+
+def _word_hashes_bytes(b: np.ndarray) -> np.ndarray:
+    """:func:`word_hashes` of already lowercased UTF-8 bytes."""
     n = b.size
     if n == 0:
         return np.empty(0, dtype=np.uint64)
-    isw = ((b >= 97) & (b <= 122)) | ((b >= 48) & (b <= 57)) | (b == 95) | (b >= 128)
     padded = np.zeros(n + 2, dtype=np.int8)
-    padded[1:-1] = isw
+    padded[1:-1] = _WORD_LUT[b]
     # word edges alternate start (+1) / end (-1), so one scan finds both
     bounds = np.flatnonzero(padded[1:] != padded[:-1])
     if bounds.size == 0:
@@ -131,7 +233,10 @@ def _bit_counts(feats: np.ndarray) -> np.ndarray:
 
 def simhash(text: str) -> int:
     """64-bit SimHash of ``text`` over word 3-shingles, as a signed int64 Python int (0 = none)."""
-    w = word_hashes(text)
+    return _simhash_of_hashes(word_hashes(text))
+
+
+def _simhash_of_hashes(w: np.ndarray) -> int:
     if w.size < SHINGLE:
         return 0
     feats = _mix(w[:-2] * _C1 + w[1:-1] * _C2 + w[2:])
@@ -157,6 +262,6 @@ def _as_u64(x: np.ndarray | int) -> np.ndarray:
 
 
 __all__ = [
-    "SHINGLE", "hamming", "hamming_array", "normalise_text", "payload_digest", "simhash", "text_digest",
+    "SHINGLE", "fingerprints", "hamming", "hamming_array", "normalise_text", "payload_digest", "simhash", "text_digest",
     "word_hashes",
 ]

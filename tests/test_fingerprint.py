@@ -10,11 +10,14 @@ import os
 import random
 import subprocess
 import sys
+import unicodedata
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from crawl.fingerprint import (
+    fingerprints,
     hamming,
     hamming_array,
     normalise_text,
@@ -136,3 +139,49 @@ def test_deterministic_across_processes() -> None:
 def test_golden_value() -> None:
     """Pins the algorithm: changing it silently would break near-dup search against stored rounds."""
     assert simhash("the quick brown fox jumps over the lazy dog") == 6409478894572774095
+
+
+# ------------------------------------------------------------------ the one-pass pair used by parse
+_POOL = [*"abcXYZ09_ .,-'", "\t", "\n", "\x1c", "\x1f", "\x0b",
+         "é", "É", "e\u0301", "\u0301", "\u0308", "\u0323", "\u0345", "\u0344", "\u3099", "\u0f73",  # marks
+         "…", "™", "\xa0", "\u2000", "\u202f", "\u3000", "\u2028", "\u2029", "\x85", "\u1680",    # NFKC / spaces
+         "\u1100", "\u1161", "\u11a8", "가", "\u0cd5", "ಿ", "\u0b47", "\u0b3e",  # compose with a class-0 char
+         "ﬁ", "\ufb01", "Σ", "ς", "İ", "ß", "Å", "\u212b", "\u2126", "①", "Ⅻ", "ｶ", "か", "\u1e9b", "\u00b4",
+         "“", "”", "€", "ŀ", "ŉ", "ſ", "\u00aa", "\u00b5", "\u00bd", "ǅ", "Ǆ", "\ud800"]
+
+
+def _old_normalise(text: str) -> str:
+    """The definition the text digest pins: NFKC of the whole text, lowercased, whitespace collapsed."""
+    return " ".join(unicodedata.normalize("NFKC", text).lower().split())
+
+
+def test_fingerprints_pair_equals_the_scalar_definitions_on_adversarial_text() -> None:
+    """``fingerprints`` normalises only the unsafe runs and collapses whitespace on bytes; on text built
+    from composing marks, Hangul jamo, compatibility characters and every kind of whitespace it must
+    give exactly what whole-text NFKC and ``simhash`` give."""
+    rng = random.Random(4)
+    checked = changed = 0
+    for _ in range(6000):
+        text = "".join(rng.choice(_POOL) for _ in range(rng.randint(0, 40)))
+        if "\ud800" in text:  # a lone surrogate: the digest cannot encode it, as before
+            with pytest.raises(UnicodeEncodeError):
+                text_digest(text)
+            with pytest.raises(UnicodeEncodeError):
+                fingerprints(text)
+            continue
+        want_norm = _old_normalise(text)
+        assert normalise_text(text) == want_norm, repr(text)
+        want_digest = base64.b32encode(hashlib.sha1(want_norm.encode()).digest()).decode()
+        assert fingerprints(text) == (simhash(text), want_digest), repr(text)
+        assert text_digest(text) == want_digest
+        checked += 1
+        changed += unicodedata.normalize("NFKC", text) != text
+    assert checked > 4000 and changed > 2000  # both the pass-through and the normalising path ran
+
+
+def test_fingerprints_on_long_pages_match() -> None:
+    base = _article(11, 3000) + " Caf\u00e9 na\u00efve \u201cquoted\u201d \u20ac5 "
+    for extra in ("", " trade\u2122 mark\u2026 ", "\xa0nbsp ﬁne \u2028 line", "e\u0301 \u1100\u1161 "):
+        text = (base + extra) * 3
+        want = base64.b32encode(hashlib.sha1(_old_normalise(text).encode()).digest()).decode()
+        assert fingerprints(text) == (simhash(text), want)
