@@ -27,22 +27,15 @@ import pyarrow as pa
 from lxml import etree
 
 from crawl import crawldb
-from crawl.records import TS
+from crawl.records import SITEMAP_SCHEMA, TS
 
 MAX_SITEMAP_BYTES = 50 * 1024 * 1024     # sitemaps.org limit (uncompressed)
 MAX_ENTRIES = 50_000                     # sitemaps.org limit per file
 MAX_CHILD_SITEMAPS = 1_000               # per index file
 MAX_INDEX_DEPTH = 2                      # index → index → urlset at most (caller follows children)
 
-# one row per sitemap entry, written by the fetcher next to its fetch rows
-SITEMAP_ENTRY_SCHEMA = pa.schema([
-    ("sitemap_url", pa.string()),        # the sitemap file the entry came from
-    ("host", pa.string()),               # host of the sitemap (entries for other hosts are dropped)
-    ("loc", pa.string()),                # listed URL, as written (canonicalised by update)
-    ("lastmod", TS),
-    ("changefreq", pa.string()),
-    ("fetch_time", TS),                  # when the sitemap was fetched (liar detection: lastmod ≈ this)
-])
+# one row per sitemap entry, written by the fetcher next to its fetch rows (rounds/N/sitemaps/)
+SITEMAP_ENTRY_SCHEMA = SITEMAP_SCHEMA
 
 Entry = tuple[str, datetime | None, str | None]
 
@@ -137,8 +130,8 @@ def entry_table(sitemap_url: str, host: str, entries: list[Entry], fetch_time: d
     """Entries of one sitemap as :data:`SITEMAP_ENTRY_SCHEMA` rows (what the fetcher writes)."""
     n = len(entries)
     return pa.table({
-        "sitemap_url": pa.array([sitemap_url] * n, pa.string()),
         "host": pa.array([host] * n, pa.string()),
+        "sitemap_url": pa.array([sitemap_url] * n, pa.string()),
         "loc": pa.array([e[0] for e in entries], pa.string()),
         "lastmod": pa.array([e[1] for e in entries], TS),
         "changefreq": pa.array([e[2] for e in entries], pa.string()),
