@@ -4,15 +4,27 @@ Generates a few hundred deterministic HTML pages of 5-50 KB with 20-60 links eac
 pages/s of the same job done with each library (links from a/area/link/frame/iframe with their rel,
 text without script/style/noscript/template), plus our full ``crawl.parse`` HTML parser and SimHash.
 Single process, single core. Run: ``.venv/bin/python bench/parse_bench.py [--pages 300] [--rounds 3]``.
+
+``--simweb-hosts N`` (default 60, 0 = off) adds the whole parse step, ``crawl.parse.parse_partition``,
+over one real WARC file written from the simulated web's pages (``crawl.simweb``: ~20 pages per host,
+HTML with menus, relative and absolute links, ``<base>``, accents and typographic characters, plus a
+few PDFs and images). ``--baseline-rev REV`` also runs ``crawl/parse.py`` and ``crawl/fingerprint.py``
+as they were at git revision REV, interleaved with the current ones (``--reps`` pairs, best of each
+side reported), checks that both give identical page and link tables, and prints current/baseline::
+
+    .venv/bin/python bench/parse_bench.py --pages 100 --rounds 1 --baseline-rev cda1c9e --reps 3
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import platform
 import random
+import subprocess
 import sys
+import tempfile
 import time
 from datetime import UTC, datetime
 
@@ -109,6 +121,9 @@ def main() -> None:
     ap.add_argument("--pages", type=int, default=300)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--simweb-hosts", type=int, default=60, help="hosts of the simulated-web WARC (0 = skip)")
+    ap.add_argument("--baseline-rev", default="", help="also run crawl/parse.py of this git revision")
+    ap.add_argument("--reps", type=int, default=3, help="interleaved runs per side of the simulated-web WARC")
     args = ap.parse_args()
     rng = random.Random(args.seed)
     pages = [make_page(rng) for _ in range(args.pages)]
@@ -142,6 +157,91 @@ def main() -> None:
         print(f"crawl.parse not measured: {exc}")
         return
     print(f"parse_partition (WARC read + parse + SimHash + Arrow): {partition_rate(raw):8.0f} pages/s")
+    if args.simweb_hosts > 0:
+        simweb_partition(args.simweb_hosts, args.baseline_rev, args.reps)
+
+
+def load_parse_at(rev: str):
+    """``crawl/parse.py`` of git revision ``rev`` as a module, bound to that revision's
+    ``crawl/fingerprint.py`` (everything else it imports is the current package)."""
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+    def source(path: str) -> str:
+        return subprocess.run(["git", "show", f"{rev}:{path}"], cwd=repo, check=True, capture_output=True,
+                              text=True).stdout
+
+    tmp = tempfile.mkdtemp(prefix="parse_rev_")
+    mods = {}
+    for name, text in (
+        ("parse_baseline_fingerprint", source("crawl/fingerprint.py")),
+        ("parse_baseline",
+         source("crawl/parse.py").replace("from crawl.fingerprint import", "from parse_baseline_fingerprint import")),
+    ):
+        file = os.path.join(tmp, name + ".py")
+        with open(file, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        spec = importlib.util.spec_from_file_location(name, file)
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[name] = mod  # dataclasses look their module up
+        spec.loader.exec_module(mod)
+        mods[name] = mod
+    return mods["parse_baseline"]
+
+
+def simweb_warc(root: str, hosts: int):
+    """Every page of a simulated web (``hosts`` x ~20 pages) as one WARC file; returns the fetch table."""
+    import pyarrow as pa
+
+    from crawl.records import FETCH_SCHEMA
+    from crawl.simweb import model as M
+    from crawl.simweb.render import Renderer
+    from crawl.warc import WarcFile
+
+    m = M.build(M.SimParams(seed=3, hosts=hosts, pages_per_host=20))
+    r = Renderer(m)
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
+    rows = []
+    with WarcFile.open(root, "sim.warc.gz") as w:
+        for p in range(m.n_pages):
+            rend = r.get(p, 0, m.params.epoch0)
+            body = rend.body(1, m.params.epoch0 + 10)
+            url = m.url(p)
+            ref = w.write_response(url, t0, 200, "OK", [("Content-Type", rend.content_type)], body,
+                                   "127.0.0.1", None)
+            row = {f.name: None for f in FETCH_SCHEMA}
+            row.update(url=url, url_hash=p, status="fetched", warc_type="response", warc_filename="sim.warc.gz",
+                       warc_record_offset=ref.offset, warc_record_length=ref.length,
+                       content_type=rend.content_type, fetch_time=t0, http_status=200)
+            rows.append(row)
+    return pa.Table.from_pylist(rows, schema=FETCH_SCHEMA)
+
+
+def simweb_partition(hosts: int, baseline_rev: str, reps: int) -> None:
+    from crawl.parse import parse_partition
+
+    with tempfile.TemporaryDirectory() as root:
+        table = simweb_warc(root, hosts)
+        n = table.num_rows
+        sides = [("current", parse_partition)]
+        if baseline_rev:
+            sides.insert(0, ("baseline", load_parse_at(baseline_rev).parse_partition))
+        best = {name: 0.0 for name, _ in sides}
+        outputs = {}
+        for _ in range(max(1, reps)):
+            for name, fn in sides:
+                t = time.perf_counter()
+                outputs[name] = fn(root, table, 500)
+                best[name] = max(best[name], n / (time.perf_counter() - t))
+        pages, links = outputs["current"]
+        print(f"simulated web: {n} pages ({pages.num_rows} parsed, {links.num_rows} links), one WARC, "
+              f"best of {max(1, reps)}")
+        print(f"parse_partition simweb current : {best['current']:8.0f} pages/s")
+        if baseline_rev:
+            b_pages, b_links = outputs["baseline"]
+            same = b_pages.equals(pages) and b_links.equals(links)
+            print(f"parse_partition simweb {baseline_rev:8s}: {best['baseline']:8.0f} pages/s   "
+                  f"(current = {best['current'] / best['baseline']:.2f}x baseline; "
+                  f"tables {'identical' if same else 'DIFFER'})")
 
 
 def partition_rate(raw: list[bytes]) -> float:

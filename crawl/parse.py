@@ -47,32 +47,12 @@ import pyarrow.compute as pc
 from selectolax.lexbor import LexborHTMLParser
 
 from crawl.config import PRODUCT_TOKEN
-from crawl.fingerprint import simhash, text_digest
+from crawl.fingerprint import fingerprints
 from crawl.records import FETCHED, LINK_SCHEMA, PAGE_SCHEMA, REDIRECT
+from crawl.urls import resolve_many
 from crawl.warc import iter_records
 
 log = logging.getLogger(__name__)
-
-try:  # WHATWG resolution from crawl.urls; urljoin only if that module is missing
-    from crawl.urls import resolve as _urls_resolve
-except ImportError:  # pragma: no cover - crawl.urls ships with the package
-    _urls_resolve = None
-
-
-def _resolve(href: str, base: str) -> str | None:
-    """Resolve ``href`` against ``base``; None when unparseable or not http(s)."""
-    if _urls_resolve is not None:
-        if href[:8].lower().startswith(("http://", "https://")):
-            return _urls_resolve(href, None)  # absolute: crawl.urls has a fast path without a base
-        return _urls_resolve(href, base)
-    from urllib.parse import urljoin, urlsplit  # pragma: no cover
-
-    try:  # pragma: no cover
-        out = urljoin(base, href)
-        return out if urlsplit(out).scheme in ("http", "https") else None
-    except ValueError:  # pragma: no cover
-        return None
-
 
 @dataclass(frozen=True)
 class Link:
@@ -283,14 +263,39 @@ def _clean_href(raw: str | None) -> str | None:
     return href
 
 
+@dataclass
+class _RawLinks:
+    """One HTML page's links before resolution: parse_partition resolves a whole partition in one
+    :func:`crawl.urls.resolve_many` call instead of one :func:`crawl.urls.resolve` call per href."""
+
+    base_href: str | None = None  # <base href>, stripped, resolved against the page URL
+    hrefs: list[str] = field(default_factory=list)  # cleaned, document order, meta refresh last
+    kinds: list[str] = field(default_factory=list)
+    nofollow: list[bool] = field(default_factory=list)
+    canonical_hrefs: list[str] = field(default_factory=list)  # <link rel=canonical>, first resolvable wins
+    header_canonical: str | None = None  # Link: <...>; rel=canonical, resolved against the page URL
+
+
 def parse_html(url: str, payload: bytes, headers: Mapping[str, str], agent: str = PRODUCT_TOKEN,
                max_outlinks: int | None = None) -> ParsedDoc:
     """Parse an HTML document (see the module docstring for the policy)."""
+    doc, raw = _parse_html_deferred(url, payload, headers, agent)
+    res = _resolve_pages([url], [raw], max_outlinks)
+    doc.canonical = res.canonical[0]
+    doc.links = [Link(u, k, bool(nf)) for u, k, nf in
+                 zip(res.to_url.to_pylist(), res.kind.to_pylist(), res.nofollow, strict=True)]
+    return doc
+
+
+def _parse_html_deferred(url: str, payload: bytes, headers: Mapping[str, str],
+                         agent: str = PRODUCT_TOKEN) -> tuple[ParsedDoc, _RawLinks]:
+    """Everything :func:`parse_html` does but resolving links and the canonical URL."""
     h = _lower_headers(headers)
     codec, skip = detect_charset(payload, h.get("content-type"))
     html = payload[skip:].decode(codec, errors="replace")
     tree = LexborHTMLParser(html)
     doc = ParsedDoc(charset=_display_charset(codec), mime_detected=sniff_mime(payload, h.get("content-type")))
+    raw = _RawLinks()
 
     flags = [False, False]
     noindex, nofollow = x_robots_flags(h.get("x-robots-tag"), agent)
@@ -319,42 +324,28 @@ def parse_html(url: str, payload: bytes, headers: Mapping[str, str], agent: str 
         primary = re.split(r"[-_,\s]", lang.strip().lower(), maxsplit=1)[0]
         doc.language = primary or None
 
-    base = url
     base_el = tree.css_first("base[href]")
     if base_el is not None:
-        href = (base_el.attributes.get("href") or "").strip()
-        resolved = _resolve(href, url) if href else None
-        base = resolved or url
+        raw.base_href = (base_el.attributes.get("href") or "").strip() or None
 
-    seen: dict[str, int] = {}
-    resolved: dict[str, str | None] = {}  # pages repeat hrefs (menus, footers): resolve each once
-    links: list[Link] = []
+    hrefs, kinds, nfs = raw.hrefs, raw.kinds, raw.nofollow
 
-    def add(raw: str | None, kind: str, nf: bool) -> None:
-        href = _clean_href(raw)
-        if href is None:
-            return
-        if href in resolved:
-            target = resolved[href]
-        else:
-            target = resolved[href] = _resolve(href, base)
-        if target is None:
-            return
-        i = seen.get(target)
-        if i is None:
-            seen[target] = len(links)
-            links.append(Link(target, kind, nf))
-        elif links[i].nofollow and not nf:
-            links[i] = Link(target, links[i].kind, False)
+    def add(value: str | None, kind: str, nf: bool) -> None:
+        href = _clean_href(value)
+        if href is not None:
+            hrefs.append(href)
+            kinds.append(kind)
+            nfs.append(nf)
 
     for node in tree.css(_LINK_CSS):
         tag = node.tag
         attrs = node.attributes
         rel = (attrs.get("rel") or "").lower().split()
         if tag == "link":
-            if "canonical" in rel and doc.canonical is None:
+            if "canonical" in rel:
                 href = _clean_href(attrs.get("href"))
-                doc.canonical = _resolve(href, base) if href else None
+                if href:
+                    raw.canonical_hrefs.append(href)
             if "alternate" not in rel:
                 continue
             add(attrs.get("href"), "link", "nofollow" in rel)
@@ -364,17 +355,106 @@ def parse_html(url: str, payload: bytes, headers: Mapping[str, str], agent: str 
             add(attrs.get("href"), tag, "nofollow" in rel)
     if refresh_target:
         add(refresh_target, "redirect", False)
-    if doc.canonical is None and "link" in h:
+    if "link" in h:
         m = re.search(r"<([^>]+)>\s*;[^,]*rel\s*=\s*\"?canonical\b", h["link"], re.IGNORECASE)
         if m:
-            doc.canonical = _resolve(m.group(1).strip(), url)
-    doc.links = links if max_outlinks is None else links[:max_outlinks]
+            raw.header_canonical = m.group(1).strip()
 
     tree.strip_tags(["script", "style", "noscript", "template"])
     root = tree.body if tree.body is not None else tree.root
     doc.text = " ".join(root.text(separator=" ").split()) if root is not None else ""
     doc.content_text = _content_text(tree, doc.text)
-    return doc
+    return doc, raw
+
+
+@dataclass
+class _Resolved:
+    """Links of many pages after resolution, de-duplication and the cap, in page then document order."""
+
+    canonical: list[str | None]
+    page: np.ndarray      # int64 index into the pages given
+    to_url: pa.Array      # string
+    kind: pa.Array        # string
+    nofollow: np.ndarray  # bool
+
+
+def _resolve_pages(urls: list[str], raws: list[_RawLinks | None], max_outlinks: int | None) -> _Resolved:
+    """Resolve the links and canonical URLs of many pages in two :func:`resolve_many` calls (``<base>``
+    first, then everything resolved against it), then per page: drop non-http(s) results, keep each
+    URL once (first kind; ``nofollow`` only if every occurrence was) and the first ``max_outlinks``.
+
+    Why: one column call per partition instead of one scalar call per href; the per-page
+    de-duplication runs as NumPy group operations over the whole partition.
+    """
+    bases = list(urls)
+    with_base = [i for i, r in enumerate(raws) if r is not None and r.base_href]
+    if with_base:
+        got = resolve_many([raws[i].base_href for i in with_base], [urls[i] for i in with_base]).to_pylist()
+        for i, b in zip(with_base, got, strict=True):
+            bases[i] = b or urls[i]
+    hrefs: list[str] = []
+    hbase: list[str] = []
+    page: list[int] = []
+    kinds: list[str] = []
+    nfs: list[bool] = []
+    extra_h: list[str] = []  # canonical candidates, then Link-header canonicals
+    extra_b: list[str] = []
+    extra_page: list[int] = []
+    n_cand = 0
+    for i, r in enumerate(raws):
+        if r is None:
+            continue
+        k = len(r.hrefs)
+        hrefs += r.hrefs
+        hbase += [bases[i]] * k
+        page += [i] * k
+        kinds += r.kinds
+        nfs += r.nofollow
+        for c in r.canonical_hrefs:
+            extra_h.append(c)
+            extra_b.append(bases[i])
+            extra_page.append(i)
+    n_cand = len(extra_h)
+    for i, r in enumerate(raws):
+        if r is not None and r.header_canonical is not None:
+            extra_h.append(r.header_canonical)
+            extra_b.append(urls[i])
+            extra_page.append(i)
+    n_links = len(hrefs)
+    resolved = resolve_many(hrefs + extra_h, hbase + extra_b)
+
+    canonical: list[str | None] = [None] * len(urls)
+    header_done = set()
+    for j, target in enumerate(resolved.slice(n_links).to_pylist()):
+        i = extra_page[j]
+        if j < n_cand:
+            if canonical[i] is None and target is not None:
+                canonical[i] = target
+        elif canonical[i] is None and i not in header_done:  # the header counts only without a tag
+            canonical[i] = target
+            header_done.add(i)
+
+    links = resolved.slice(0, n_links)
+    page_a = np.asarray(page, dtype=np.int64)
+    nf_a = np.asarray(nfs, dtype=bool)
+    idx = np.flatnonzero(links.is_valid().to_numpy(zero_copy_only=False)) if n_links else page_a
+    if len(idx) == 0:
+        return _Resolved(canonical, np.zeros(0, np.int64), pa.array([], pa.string()), pa.array([], pa.string()),
+                         np.zeros(0, bool))
+    valid = links.take(pa.array(idx))
+    enc = pc.dictionary_encode(valid)
+    url_id = enc.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+    key = page_a[idx] * len(enc.dictionary) + url_id  # one group per (page, URL)
+    _, first, group = np.unique(key, return_index=True, return_inverse=True)
+    followed = np.bincount(group.ravel(), weights=~nf_a[idx], minlength=len(first)) > 0
+    keep = np.sort(first)  # first occurrences, in page and document order
+    if max_outlinks is not None:
+        pk = page_a[idx[keep]]
+        rank = np.arange(len(keep)) - np.searchsorted(pk, pk, side="left")
+        keep = keep[rank < max_outlinks]
+    rows = pa.array(idx[keep])
+    return _Resolved(canonical, page_a[idx[keep]], links.take(rows), pa.array(kinds, pa.string()).take(rows),
+                     ~followed[group.ravel()[keep]])
 
 
 def _has_ancestor(node: object, tag: str) -> bool:
@@ -419,18 +499,29 @@ register_parser("application/xhtml+xml", parse_html)
 def parse_document(url: str, payload: bytes, headers: Mapping[str, str] | Iterable[tuple[str, str]],
                    max_outlinks: int) -> ParsedDoc:
     """Pick a parser by (sniffed) MIME type and run it; no parser → a doc with only ``mime_detected``."""
+    doc, raw = _parse_document(url, payload, headers, max_outlinks, defer=False)
+    return doc
+
+
+def _parse_document(url: str, payload: bytes, headers: Mapping[str, str] | Iterable[tuple[str, str]],
+                    max_outlinks: int, defer: bool) -> tuple[ParsedDoc, _RawLinks | None]:
+    """:func:`parse_document`; with ``defer`` an HTML page comes back with its links unresolved."""
     h = _lower_headers(headers)
     ct = h.get("content-type")
     mime = sniff_mime(payload, ct)
     fn = parser_for(mime)
     if fn is None:
-        return ParsedDoc(mime_detected=mime)
+        return ParsedDoc(mime_detected=mime), None
     if _bare_mime(ct) != mime:  # e.g. HTML served as text/plain: tell the parser what it really is
         h["content-type"] = mime + ("; " + ct.split(";", 1)[1] if ct and ";" in ct else "")
-    doc = fn(url, payload, h)
+    raw = None
+    if defer and fn is parse_html:
+        doc, raw = _parse_html_deferred(url, payload, h)
+    else:
+        doc = fn(url, payload, h)
+        doc.links = doc.links[:max_outlinks]
     doc.mime_detected = mime
-    doc.links = doc.links[:max_outlinks]
-    return doc
+    return doc, raw
 
 
 def parse_partition(root: str, fetch_table: pa.Table, max_outlinks: int) -> tuple[pa.Table, pa.Table]:
@@ -438,7 +529,9 @@ def parse_partition(root: str, fetch_table: pa.Table, max_outlinks: int) -> tupl
 
     Bodies are read back from the WARC files: each file once, sequentially, taking the records whose
     offsets the fetch rows point at (a partition's responses are most of its file, so one pass beats
-    one range request per row). Redirect rows add a ``redirect`` link from URL to target.
+    one range request per row). HTML links of the whole partition are resolved in one
+    :func:`crawl.urls.resolve_many` call after the pass (``_resolve_pages``). Redirect rows add a
+    ``redirect`` link from URL to target.
     """
     status = fetch_table.column("status")
     warc_type = fetch_table.column("warc_type")
@@ -448,10 +541,8 @@ def parse_partition(root: str, fetch_table: pa.Table, max_outlinks: int) -> tupl
         ["url", "url_hash", "warc_filename", "warc_record_offset", "content_type"])
 
     page_cols: dict[str, list] = {f.name: [] for f in PAGE_SCHEMA}
-    link_from: list[str] = []
-    link_to: list[str] = []
-    link_kind: list[str] = []
-    link_nf: list[bool] = []
+    raws: list[_RawLinks | None] = []        # per page: HTML links still to resolve
+    direct: list[tuple[int, Link]] = []      # (page, link) from other parsers, already resolved
 
     files = pages_in.column("warc_filename").to_pylist()
     offsets = pages_in.column("warc_record_offset").to_pylist()
@@ -473,11 +564,17 @@ def parse_partition(root: str, fetch_table: pa.Table, max_outlinks: int) -> tupl
             if cts[i] and not any(k.lower() == "content-type" for k, _ in headers):
                 headers.append(("Content-Type", cts[i]))
             try:
-                doc = parse_document(urls[i], rec.payload, headers, max_outlinks)
+                doc, raw = _parse_document(urls[i], rec.payload, headers, max_outlinks, defer=True)
             except Exception:  # one hostile document must not fail the partition
                 log.exception("parse failed for %s", urls[i])
-                doc = ParsedDoc(mime_detected=sniff_mime(rec.payload, cts[i]))
-            links = [] if doc.meta_nofollow else doc.links
+                doc, raw = ParsedDoc(mime_detected=sniff_mime(rec.payload, cts[i])), None
+            n_page = len(raws)
+            if doc.meta_nofollow:  # a nofollow page contributes no links (its canonical URL still counts)
+                if raw is not None:
+                    raw.hrefs, raw.kinds, raw.nofollow = [], [], []
+            elif raw is None:
+                direct.extend((n_page, link) for link in doc.links)
+            raws.append(raw)
             text = doc.text or ""
             page_cols["url"].append(urls[i])
             page_cols["url_hash"].append(hashes[i])
@@ -490,32 +587,42 @@ def parse_partition(root: str, fetch_table: pa.Table, max_outlinks: int) -> tupl
             page_cols["canonical_url"].append(doc.canonical)
             page_cols["meta_noindex"].append(doc.meta_noindex)
             page_cols["meta_nofollow"].append(doc.meta_nofollow)
-            page_cols["outlink_count"].append(len(links))
             fp_text = doc.fingerprint_text
-            page_cols["simhash"].append(simhash(fp_text) if fp_text else 0)
-            page_cols["text_digest"].append(text_digest(fp_text) if fp_text else None)
-            for link in links:
-                link_from.append(urls[i])
-                link_to.append(link.url)
-                link_kind.append(link.kind)
-                link_nf.append(link.nofollow)
+            sim, digest = fingerprints(fp_text) if fp_text else (0, None)
+            page_cols["simhash"].append(sim)
+            page_cols["text_digest"].append(digest)
             remaining -= 1
             if remaining == 0:
                 break
         if remaining:
             log.warning("%s: %d fetch rows point at offsets with no record", fname, remaining)
 
+    page_urls = page_cols["url"]
+    res = _resolve_pages(page_urls, raws, max_outlinks)
+    for i, r in enumerate(raws):
+        if r is not None:
+            page_cols["canonical_url"][i] = res.canonical[i]
+    link_page, to_url, kind, nofollow = res.page, res.to_url, res.kind, res.nofollow
+    if direct:  # merge in page order (stable: each page's links keep their order)
+        link_page = np.concatenate([link_page, np.array([p for p, _ in direct], np.int64)])
+        to_url = pa.concat_arrays([to_url, pa.array([lk.url for _, lk in direct], pa.string())])
+        kind = pa.concat_arrays([kind, pa.array([lk.kind for _, lk in direct], pa.string())])
+        nofollow = np.concatenate([nofollow, np.array([lk.nofollow for _, lk in direct], bool)])
+        order = pa.array(np.argsort(link_page, kind="stable"))
+        link_page, to_url, kind = link_page[order.to_numpy()], to_url.take(order), kind.take(order)
+        nofollow = nofollow[order.to_numpy()]
+    page_cols["outlink_count"] = np.bincount(link_page, minlength=len(page_urls)).astype(np.int32)
+
     redirects = fetch_table.filter(pc.fill_null(pc.and_(
         pc.equal(status, REDIRECT), pc.is_valid(fetch_table.column("redirect_location"))), False))
-    link_from.extend(redirects.column("url").to_pylist())
-    link_to.extend(redirects.column("redirect_location").to_pylist())
-    link_kind.extend(["redirect"] * redirects.num_rows)
-    link_nf.extend([False] * redirects.num_rows)
-
     pages = pa.Table.from_pydict(page_cols, schema=PAGE_SCHEMA)
     links_t = pa.Table.from_pydict(
-        {"from_url": link_from, "to_url": link_to, "kind": link_kind,
-         "nofollow": np.asarray(link_nf, dtype=bool)},
+        {"from_url": pa.concat_arrays([pa.array(page_urls, pa.string()).take(pa.array(link_page)),
+                                       redirects.column("url").combine_chunks().cast(pa.string())]),
+         "to_url": pa.concat_arrays([to_url, redirects.column("redirect_location").combine_chunks()
+                                     .cast(pa.string())]),
+         "kind": pa.concat_arrays([kind, pa.array(["redirect"] * redirects.num_rows, pa.string())]),
+         "nofollow": np.concatenate([nofollow, np.zeros(redirects.num_rows, bool)])},
         schema=LINK_SCHEMA,
     )
     return pages, links_t

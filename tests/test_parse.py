@@ -412,3 +412,153 @@ def test_simulated_web_pages_parse_as_generated() -> None:
             got[canon(link.url)] = got.get(canon(link.url), True) and link.nofollow
         assert {u: got.get(u) for u in want} == want, m.url(p)
     assert html_pages > 100 and other > 0
+
+
+# ------------------------------------------------------------ batch link resolution (resolve_many)
+def _adversarial_pairs(n: int, seed: int) -> tuple[list[str | None], list[str | None]]:
+    """(href, base) pairs: the shapes the column path takes (absolute, /root, name/relative) mixed with
+    everything that must fall back: dot segments in every spelling, schemes and scheme-like prefixes,
+    ports, IPs, IDNA, userinfo, backslashes, whitespace, non-ASCII, escapes, odd bases."""
+    import random
+
+    rng = random.Random(seed)
+    bases: list[str | None] = [
+        "http://example.com/a/b.html", "https://h.org/", "http://h/dir/?q=/x#f/y", "http://u:p@h.com:8080/a/b",
+        "http://127.0.0.1:8800/x/y", "http://EXAMPLE.com/a/", "mailto:x@y", "http://h/a/./b", "http://h/a%2e/b",
+        "https://www.example.com/news/2024/index.html", "http://xn--bcher-kva.de/p/", "http://h:80/x", "http://h",
+        "http://h/p?x#y", "http://[::1]/v6/", "http://h/\u00e9/x", "ftp://f.test/d/", "http://h.12/a/", None,
+    ]
+    pieces = ["a", "b.html", "..", ".", "/", "//", "?", "#", "%2e", "%2E", "x:y", ":", "\\", " ", "\t", "\n",
+              "\u00e9", "%41", "A", "-", "_", "~", ";", "=", "&", "@", "'", "`", "{", "^", "|", "[", ".a", "a.",
+              "%", "%zz", "\"", "<", "q=1", "0"]
+    prefixes = ["", "", "", "/", "//", "./", "../", "?", "#", "http:", "https://", "HTTP://", "hTTp://h/",
+                "javascript:", "http://Ex.COM/", "http://ex.com", "https://xn--a.com/", "https://XN--a.com/",
+                "http://h.12/", "http://h.0x1f/", "http://a.b:8080/", "http://a.b:80/", "http://u@h/", "\\", " /",
+                "http://h/", "https://sub.h-1.com/", "1a:", "a1:", "http://-x-.com/", "http://a..b/"]
+    hrefs: list[str | None] = []
+    clean_prefixes = ["", "", "/", "http://h/", "https://sub.h-1.com/", "http://Ex.COM/"]
+    clean_pieces = ["a", "b.html", "-", "_", "~", ";", "=", "&", "@", "A", "0", "/", "?q=1", "#f", "%41"]
+    for _ in range(n):
+        pre, pcs = (clean_prefixes, clean_pieces) if rng.random() < 0.4 else (prefixes, pieces)
+        hrefs.append(rng.choice(pre) + "".join(rng.choice(pcs) for _ in range(rng.randint(0, 6))))
+    pairs_b = [rng.choice(bases) for _ in hrefs]
+    hrefs[7] = None
+    return hrefs, pairs_b
+
+
+def test_resolve_many_equals_resolve_on_adversarial_pairs() -> None:
+    import pyarrow.compute as pc
+
+    from crawl.urls import _RES_ABS, _RES_DIR, _RES_ROOT, resolve, resolve_many
+
+    hrefs, bases = _adversarial_pairs(8000, 21)
+    want = [None if h is None else resolve(h, b) for h, b in zip(hrefs, bases, strict=True)]
+    assert resolve_many(hrefs, bases).to_pylist() == want
+    # both paths carry a real share, or the comparison means little
+    arr = pa.array(hrefs, pa.string())
+    column = sum(pc.match_substring_regex(arr, p).fill_null(False).to_numpy(zero_copy_only=False)
+                 for p in (_RES_ABS, _RES_ROOT, _RES_DIR)) > 0
+    assert 0.2 < column.mean() < 0.8, column.mean()
+    assert sum(w is not None for w in want) > 3000
+    # small inputs take the scalar loop; Arrow and chunked input; a length mismatch is an error
+    assert resolve_many(hrefs[:50], bases[:50]).to_pylist() == want[:50]
+    chunked = pa.chunked_array([arr.slice(0, 100), arr.slice(100)])
+    assert resolve_many(chunked, pa.array(bases, pa.string())).to_pylist() == want
+    assert resolve_many(arr.slice(3000, 500), bases[3000:3500]).to_pylist() == want[3000:3500]
+    assert resolve_many([], []).to_pylist() == []
+    import pytest
+
+    with pytest.raises(ValueError):
+        resolve_many(["a"], [])
+
+
+def test_resolve_many_realistic_links_take_the_column_path() -> None:
+    import random
+
+    import pyarrow.compute as pc
+
+    from crawl.urls import _RES_ABS, _RES_DIR, _RES_ROOT, resolve, resolve_many
+
+    rng = random.Random(5)
+    hrefs = [rng.choice(["/a/b", "c.html", "d/e?x=1#f", "https://o.test/p?q", "http://Ex.TEST/", "/", "../up",
+                         "?page=2", "//cdn.test/x.js"]) + str(rng.randint(0, 30)) for _ in range(4000)]
+    bases = [f"http://site{rng.randint(0, 40)}.test/dir/page{rng.randint(0, 5)}.html" for _ in hrefs]
+    assert resolve_many(hrefs, bases).to_pylist() == [resolve(h, b) for h, b in zip(hrefs, bases, strict=True)]
+    arr = pa.array(hrefs)
+    column = sum(pc.match_substring_regex(arr, p).to_numpy(zero_copy_only=False)
+                 for p in (_RES_ABS, _RES_ROOT, _RES_DIR)) > 0
+    assert column.mean() > 0.6
+
+
+def _scalar_links(url: str, raw, max_outlinks: int) -> tuple[list[tuple[str, str, bool]], str | None]:
+    """The per-href algorithm parse used before batching: resolve each href, keep a URL once (first
+    kind, nofollow only if every occurrence is), cap; canonical = first resolvable tag, else header."""
+    from crawl.urls import resolve
+
+    base = (resolve(raw.base_href, url) or url) if raw.base_href else url
+    links: list[tuple[str, str, bool]] = []
+    seen: dict[str, int] = {}
+    for href, kind, nf in zip(raw.hrefs, raw.kinds, raw.nofollow, strict=True):
+        target = resolve(href, base)
+        if target is None:
+            continue
+        if target not in seen:
+            seen[target] = len(links)
+            links.append((target, kind, nf))
+        elif links[seen[target]][2] and not nf:
+            links[seen[target]] = (target, links[seen[target]][1], False)
+    canonical = next((c for c in (resolve(h, base) for h in raw.canonical_hrefs) if c is not None), None)
+    if canonical is None and raw.header_canonical is not None:
+        canonical = resolve(raw.header_canonical, url)
+    return links[:max_outlinks], canonical
+
+
+def test_partition_links_equal_the_per_href_algorithm_on_simulated_web(tmp_path: Path) -> None:
+    """parse_partition resolves a whole partition in one batch and de-duplicates with NumPy groups; the
+    page and link tables must be what resolving href by href gives, on every simulated-web page (menus
+    with repeated links, upper-case hosts, ../ paths, <base href>, nofollow pages, PDFs, images)."""
+    from crawl.parse import _parse_html_deferred
+    from crawl.simweb import model as M
+    from crawl.simweb.render import Renderer
+
+    m = M.build(M.SimParams(seed=5, hosts=16, pages_per_host=12))
+    r = Renderer(m)
+    root = str(tmp_path)
+    rows, bodies = [], []
+    with WarcFile.open(root, "sim.warc.gz") as w:
+        for p in range(m.n_pages):
+            rend = r.get(p, 0, m.params.epoch0)
+            body = rend.body(1, m.params.epoch0 + 10)
+            ref = w.write_response(m.url(p), T0, 200, "OK", [("Content-Type", rend.content_type)], body,
+                                   "127.0.0.1", None)
+            rows.append(_row(url=m.url(p), url_hash=p, host=m.url(p).split("/")[2], fetch_time=T0,
+                             status="fetched", http_status=200, content_type=rend.content_type,
+                             warc_filename="sim.warc.gz", warc_record_offset=ref.offset,
+                             warc_record_length=ref.length, warc_type="response"))
+            bodies.append((m.url(p), body, rend.content_type))
+    cap = 12  # below the busiest pages' link count, so the cap is exercised
+    pages, links = parse_partition(root, pa.Table.from_pylist(rows, schema=FETCH_SCHEMA), max_outlinks=cap)
+    want_links: list[tuple[str, str, str, bool]] = []
+    want_counts, want_canon = [], []
+    capped = nofollow_merged = 0
+    for url, body, ct in bodies:
+        d = parse_document(url, body, {"Content-Type": ct}, cap)
+        if d.mime_detected not in ("text/html", "application/xhtml+xml"):
+            want_counts.append(len(d.links))
+            want_canon.append(d.canonical)
+            continue
+        _, raw = _parse_html_deferred(url, body, {"Content-Type": ct})
+        got, canonical = _scalar_links(url, raw, cap)
+        capped += len(set(raw.hrefs)) > cap
+        nofollow_merged += any(nf for *_, nf in got)
+        want_canon.append(canonical)
+        if d.meta_nofollow:
+            got = []
+        want_counts.append(len(got))
+        want_links += [(url, t, k, nf) for t, k, nf in got]
+    assert pages.column("url").to_pylist() == [u for u, _, _ in bodies]
+    assert pages.column("canonical_url").to_pylist() == want_canon
+    assert pages.column("outlink_count").to_pylist() == want_counts
+    assert list(zip(*(links.column(c).to_pylist() for c in LINK_SCHEMA.names), strict=True)) == want_links
+    assert capped > 10 and nofollow_merged > 10 and len(want_links) > 1000
+    assert sum(c is not None for c in want_canon) > 50
