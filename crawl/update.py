@@ -10,6 +10,8 @@ Two phases, both vectorised over Arrow/DuckDB/NumPy:
 3. links: nofollow dropped, canonicalised, trap/scope filters applied, then each URL-hash shard's
    Bloom filter answers "seen?" and its "maybe"s are confirmed against the shard's Parquet seen-set,
    so a false positive never loses a URL; new URLs are capped per host (total known per host);
+   sitemap entries fetched this round join as candidates too (source 'sitemap', depth 1), and their
+   ``lastmod``/``changefreq`` become change evidence on the CrawlDb row;
 4. the results are written per URL-hash shard under ``rounds/N/update/``.
 
 **merge** (one task per URL-hash shard, on Dask or threads): read the shard of CrawlDb N-1, apply
@@ -32,7 +34,7 @@ import pyarrow.compute as pc
 
 from crawl import crawldb, index, seen
 from crawl.config import CrawlConfig
-from crawl.records import FETCH_SCHEMA, LINK_SCHEMA, PAGE_SCHEMA
+from crawl.records import FETCH_SCHEMA, LINK_SCHEMA, PAGE_SCHEMA, SITEMAP_SCHEMA
 from crawl.store import Store
 from crawl.tasks import CONTROL_SUBSETS, DIGESTS_SCHEMA, ROBOTS_CACHE_SCHEMA
 from crawl.urls import canonicalize_many, filter_reasons, politeness_key, url_hashes
@@ -46,6 +48,9 @@ FETCH_UPDATE_SCHEMA = pa.schema([
     ("fetch_time", pa.timestamp("ms", tz="UTC")), ("payload_digest", pa.string()), ("text_digest", pa.string()),
     ("simhash", pa.int64()), ("etag", pa.string()), ("last_modified", pa.string()),
     ("duplicate_of", pa.string()), ("redirect_to", pa.string()),
+])
+SITEMAP_EVIDENCE_SCHEMA = pa.schema([
+    ("url_hash", pa.uint64()), ("lastmod", pa.timestamp("ms", tz="UTC")), ("changefreq", pa.string()),
 ])
 DUP_INFO_SCHEMA = pa.schema([
     ("url_hash", pa.uint64()), ("duplicate_of", pa.string()), ("depth", pa.int32()), ("changed", pa.bool_()),
@@ -185,16 +190,43 @@ def prepare(cfg: CrawlConfig, store: Store, round_no: int, fetched_all: pa.Table
     inject_rel = store.round_dir(round_no, "inject.parquet")
     injected = store.read_table(inject_rel, crawldb.CRAWLDB_SCHEMA) if store.exists(inject_rel) else \
         crawldb.CRAWLDB_SCHEMA.empty_table()
+    sm_links, sm_evidence = _sitemap_entries(cfg, store, con, round_no)
+    if sm_links.num_rows:
+        links = pa.concat_tables([links, sm_links])
     new_rows, seen_stats = _new_urls(cfg, store, con, db_src, round_no, links, fupd, injected)
 
     f_shard = crawldb.shard_of(fupd.column("url_hash"), cfg.url_shards)
     n_shard = crawldb.shard_of(new_rows.column("url_hash"), cfg.url_shards)
+    e_shard = crawldb.shard_of(sm_evidence.column("url_hash"), cfg.url_shards)
     for s in range(cfg.url_shards):
         store.write_table(_shard_rel(store, round_no, "fetch", s), fupd.filter(pa.array(f_shard == s)))
         store.write_table(_shard_rel(store, round_no, "new", s), new_rows.filter(pa.array(n_shard == s)))
+        store.write_table(_shard_rel(store, round_no, "sitemap", s), sm_evidence.filter(pa.array(e_shard == s)))
     return {"links": link_graph.num_rows, "new_urls": int(pc.sum(pc.equal(new_rows.column("source"), "link")
                                                                    ).as_py() or 0) if new_rows.num_rows else 0,
-            "discovered": new_rows.num_rows, **seen_stats}, link_graph
+            "discovered": new_rows.num_rows, "sitemap_entries": sm_evidence.num_rows, **seen_stats}, link_graph
+
+
+def _sitemap_entries(cfg: CrawlConfig, store: Store, con: duckdb.DuckDBPyConnection,
+                     round_no: int) -> tuple[pa.Table, pa.Table]:
+    """The round's sitemap entries as discovery candidates (depth 1, source 'sitemap', through the same
+    filters as links) and as change evidence (url_hash, lastmod, changefreq; newest per URL)."""
+    sm = store.read_tables(_parts(store, round_no, "sitemaps"), SITEMAP_SCHEMA)
+    canon = canonicalize_many(sm.column("loc"), cfg.tracking_params) if sm.num_rows else pa.array([], pa.string())
+    depth = np.ones(len(canon), np.int32)
+    keep = pc.and_(pc.is_valid(canon), pc.is_null(filter_reasons(canon, depth, cfg))) if len(canon) else \
+        pa.array([], pa.bool_())
+    sm, canon = sm.filter(keep), canon.filter(keep)
+    hashes = pa.array(url_hashes(canon), pa.uint64())
+    links = pa.table({"to_url": canon, "to_hash": hashes, "depth": pa.array(np.ones(len(canon), np.int32)),
+                      "source": pa.array(["sitemap"] * len(canon), pa.string())})
+    con.register("sm", pa.table({"url_hash": hashes, "lastmod": sm.column("lastmod"),
+                                 "changefreq": sm.column("changefreq"), "fetch_time": sm.column("fetch_time")}))
+    evidence = con.sql("""
+        SELECT url_hash, max(lastmod) AS lastmod, arg_max(changefreq, fetch_time) AS changefreq
+        FROM sm GROUP BY 1 ORDER BY 1
+    """).to_arrow_table().cast(SITEMAP_EVIDENCE_SCHEMA)
+    return links, evidence
 
 
 def _near_duplicates(con: duckdb.DuckDBPyConnection, db_src: str | None, k: int) -> None:
@@ -418,6 +450,15 @@ def merge_shard(cfg: CrawlConfig, round_no: int, shard: int) -> dict[str, Any]:
     touched = fupd.column("url_hash").to_numpy()
     keep = ~seen.confirm(db.column("url_hash").to_numpy(), seen.sorted_unique(touched))
     merged = pa.concat_tables([db.filter(pa.array(keep)), crawldb.conform(upd), new])
+    evidence = store.read_table(_shard_rel(store, round_no, "sitemap", shard), SITEMAP_EVIDENCE_SCHEMA)
+    if evidence.num_rows:  # sitemap lastmod/changefreq: evidence for the change-rate model
+        con.register("merged", merged)
+        con.register("ev", evidence)
+        merged = crawldb.conform(con.sql("""
+            SELECT m.* REPLACE (coalesce(ev.lastmod, m.sitemap_lastmod) AS sitemap_lastmod,
+                                coalesce(ev.changefreq, m.sitemap_changefreq) AS sitemap_changefreq)
+            FROM merged m LEFT JOIN ev USING (url_hash)
+        """).to_arrow_table())
     merged = merged.take(pc.sort_indices(merged, sort_keys=[("url_hash", "ascending")]))
     store.write_table(store.round_dir(round_no, "merged", f"shard={shard:02d}.parquet"), merged)
 

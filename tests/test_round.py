@@ -157,6 +157,22 @@ def test_duplicates_detected_against_truth(crawled, simweb):
     assert not missed, missed[:5]
 
 
+def test_sitemaps_feed_discovery_and_change_evidence(crawled, simweb):
+    cfg, _ = crawled
+    con = _con(cfg)
+    truth = simweb.truth().select(["url", "last_change_time"])
+    con.register("truth", truth)
+    n_lastmod, n_sitemap_source = con.execute(
+        "SELECT count(sitemap_lastmod), count(*) FILTER (WHERE source = 'sitemap') FROM crawldb").fetchone()
+    assert n_lastmod > 10 and n_sitemap_source > 0
+    # hosts whose sitemaps tell the truth: lastmod equals the page's true last change (to the second)
+    agree = con.execute("""
+        SELECT count(*) FILTER (WHERE abs(epoch(c.sitemap_lastmod) - epoch(t.last_change_time)) < 1), count(*)
+        FROM crawldb c JOIN truth t USING (url) WHERE c.sitemap_lastmod IS NOT NULL
+    """).fetchone()
+    assert agree[0] > 0, agree
+
+
 def test_traps_stopped(crawled, simweb):
     cfg, _ = crawled
     con = _con(cfg)
