@@ -96,13 +96,37 @@ _UNSAFE_RE = re.compile("[^\x00-\x7f" + re.escape(_SAFE) + "]")
 _UNICODE_WS_RE = re.compile("[\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]")
 
 
+# Unsafe characters that NFKC maps on their own whatever surrounds them: class 0, and their NFKC
+# starts with an ASCII or safe character (so nothing before can compose with it). Between safe
+# neighbours they are replaced one by one (the ellipsis, trademark sign, ligatures, fullwidth forms...).
+_SAFE_SET = frozenset(_SAFE)
+_REPLACE = {
+    c: n for lo, hi in ((0xA0, 0x2C00), (0xFB00, 0xFB50), (0xFF00, 0xFFF0)) for c in map(chr, range(lo, hi))
+    if c not in _SAFE_SET and unicodedata.combining(c) == 0 and (n := unicodedata.normalize("NFKC", c)) != c
+    and (n[0].isascii() or n[0] in _SAFE_SET) and not _UNICODE_WS_RE.search(n)
+}
+
+
 def _nfkc_spans(text: str) -> tuple[str, bool]:
     """(NFKC of ``text``, whether it may hold whitespace beyond ASCII), normalising only unsafe runs."""
     if text.isascii():
         return text, False
-    m = _UNSAFE_RE.search(text)
-    if m is None:
+    others = 0
+
+    def replace(m: re.Match[str]) -> str:
+        nonlocal others
+        r = _REPLACE.get(m.group())
+        if r is None:
+            others += 1
+            return m.group()
+        return r
+
+    out, count = _UNSAFE_RE.subn(replace, text)  # one C scan, a callback per unsafe character
+    if count == 0:
         return text, False
+    if others == 0:
+        return out, False
+    m = _UNSAFE_RE.search(text)  # characters whose neighbours matter: normalise whole runs
     out: list[str] = []
     pos = 0
     n = len(text)

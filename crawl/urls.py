@@ -1787,6 +1787,7 @@ def _filter_block(arr: pa.Array, depths: np.ndarray, cfg: CrawlConfig) -> np.nda
 #              (an upper-case host only gets lower-cased);
 #   root       /path?query#fragment (not "//")               -> scheme://authority of the base + href
 #   directory  name/path?query#fragment (no scheme, no ':')   -> base up to the last '/' of its path + href
+#   up         ../../name/path?query#fragment                  -> that base directory less one segment per ../
 # with no dot segment ('.', '..', '%2e' forms: no segment starts with '.' or '%') and no character the
 # path, query or fragment encode sets change. RE2 patterns pick those rows as a column; everything
 # else goes through the scalar resolve(), so the answers are identical by construction (tests compare
@@ -1800,7 +1801,9 @@ _RTAIL = rf"(?:\?[{_RQ}]*)?(?:#[{_RF}]*)?$"
 _RHOST = r"(?:[A-Za-z0-9\-]+\.)*[A-Za-z\-][A-Za-z0-9\-]*"  # last label not a number: no IPv4 parsing
 _RES_ABS = rf"^https?://{_RHOST}/(?:[{_RPF}][{_RP}]*)?{_RSEGS}{_RTAIL}"
 _RES_ROOT = rf"^/(?:[{_RPF}][{_RP}]*{_RSEGS})?{_RTAIL}"
-_RES_DIR = rf"^[{_RPF.replace(':', '')}][{_RP.replace(':', '')}]*{_RSEGS}{_RTAIL}"
+_RDIR = rf"[{_RPF.replace(':', '')}][{_RP.replace(':', '')}]*{_RSEGS}{_RTAIL}"
+_RES_DIR = rf"^{_RDIR}"
+_RES_UP = rf"^(?:\.\./)+(?:$|{_RDIR})"  # "../../name": the base directory less k segments, then the rest
 _RESOLVE_MIN_ROWS = 64  # below this the column kernels' fixed cost is more than the scalar calls
 
 
@@ -1862,6 +1865,7 @@ def resolve_many(
         zero_copy_only=False)
     root = match(_RES_ROOT) & ok_row & ~absolute
     dirrel = match(_RES_DIR) & ok_row & ~absolute & ~root
+    up = match(_RES_UP) & ok_row
     out = np.empty(n, dtype=object)  # filled per class below, then one pa.array
     rows = np.flatnonzero(absolute)
     if len(rows):
@@ -1869,8 +1873,7 @@ def resolve_many(
         upper = pc.match_substring_regex(sub, r"^[^/]*//[^/]*[A-Z]").to_numpy(zero_copy_only=False)
         vals = sub.to_numpy(zero_copy_only=False)
         if upper.any():
-            up = sub.filter(pa.array(upper))
-            parts = pc.extract_regex(up, r"^(?P<a>[^/]*//[^/]*)(?P<r>/.*)$")
+            parts = pc.extract_regex(sub.filter(pa.array(upper)), r"^(?P<a>[^/]*//[^/]*)(?P<r>/.*)$")
             vals[upper] = pc.binary_join_element_wise(
                 pc.ascii_lower(parts.field("a")), parts.field("r"), "").to_numpy(zero_copy_only=False)
         out[rows] = vals
@@ -1879,7 +1882,21 @@ def resolve_many(
         if len(rows):
             joined = pc.binary_join_element_wise(prefix.take(pa.array(bidx[rows])), h.take(pa.array(rows)), "")
             out[rows] = joined.to_numpy(zero_copy_only=False)
-    rest = np.flatnonzero(~(absolute | root | dirrel))
+    rows = np.flatnonzero(up)
+    if len(rows):
+        parts = pc.extract_regex(h.take(pa.array(rows)), r"^(?P<up>(?:\.\./)+)(?P<rest>.*)$")
+        k = pc.divide(pc.binary_length(parts.field("up")), 3).to_numpy(zero_copy_only=False).astype(np.int64)
+        combo = bidx[rows] * (int(k.max()) + 1) + k  # one prefix per (base, levels up)
+        uniq, inv = np.unique(combo, return_inverse=True)
+        prefixes = []
+        for c in uniq.tolist():
+            origin, dir_ = pieces[c // (int(k.max()) + 1)]  # type: ignore[misc]
+            segs = dir_[len(origin) + 1:-1].split("/") if len(dir_) > len(origin) + 1 else []
+            kept = segs[:max(0, len(segs) - c % (int(k.max()) + 1))]
+            prefixes.append(origin + "/" + "".join(seg + "/" for seg in kept))
+        out[rows] = pc.binary_join_element_wise(pa.array(prefixes, pa.string()).take(pa.array(inv.ravel())),
+                                                parts.field("rest"), "").to_numpy(zero_copy_only=False)
+    rest = np.flatnonzero(~(absolute | root | dirrel | up))
     if len(rest):
         cache: dict[tuple[str | None, str | None], str | None] = {}
         hl = h.take(pa.array(rest)).to_pylist()

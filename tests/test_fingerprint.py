@@ -185,3 +185,19 @@ def test_fingerprints_on_long_pages_match() -> None:
         text = (base + extra) * 3
         want = base64.b32encode(hashlib.sha1(_old_normalise(text).encode()).digest()).decode()
         assert fingerprints(text) == (simhash(text), want)
+
+
+def test_every_stand_alone_replacement_holds_next_to_any_neighbour() -> None:
+    """The characters NFKC maps one by one (``_REPLACE``) and the safe ones kept as they are
+    (``_SAFE``): next to composing marks, jamo, other replaceable and safe characters, whole-text NFKC
+    must agree with the piecewise one."""
+    from crawl.fingerprint import _REPLACE, _SAFE, _nfkc
+
+    assert "\u2026" in _REPLACE and "\u2122" in _REPLACE and "\u00e9" in _SAFE and "\u0301" not in _SAFE
+    neighbours = ["", "a", "e", " ", "\u0301", "\u0308\u0323", "\u1161", "\u11a8", "\u0b3e", "\u3099", "\u00e9",
+                  "\u2026", "\u00a8", "\ufb01", "\u1100", "\u2028"]
+    for c in [*_REPLACE, *_SAFE[::7]]:
+        for left in neighbours:
+            for right in neighbours:
+                text = f"x{left}{c}{right}y"
+                assert _nfkc(text) == unicodedata.normalize("NFKC", text), repr(text)
