@@ -1788,6 +1788,8 @@ def _filter_block(arr: pa.Array, depths: np.ndarray, cfg: CrawlConfig) -> np.nda
 #   root       /path?query#fragment (not "//")               -> scheme://authority of the base + href
 #   directory  name/path?query#fragment (no scheme, no ':')   -> base up to the last '/' of its path + href
 #   up         ../../name/path?query#fragment                  -> that base directory less one segment per ../
+#   network    //host/path?query#fragment                      -> the base's scheme + ':' + href, as absolute
+# (absolute and network hrefs may carry a port: the scheme's default one is dropped)
 # with no dot segment ('.', '..', '%2e' forms: no segment starts with '.' or '%') and no character the
 # path, query or fragment encode sets change. RE2 patterns pick those rows as a column; everything
 # else goes through the scalar resolve(), so the answers are identical by construction (tests compare
@@ -1799,11 +1801,13 @@ _RF = r"A-Za-z0-9\-._~!$&'()*+,;=:@%/?\[\]|{}^#"  # fragment characters kept as 
 _RSEGS = rf"(?:/(?:[{_RPF}][{_RP}]*)?)*"
 _RTAIL = rf"(?:\?[{_RQ}]*)?(?:#[{_RF}]*)?$"
 _RHOST = r"(?:[A-Za-z0-9\-]+\.)*[A-Za-z\-][A-Za-z0-9\-]*"  # last label not a number: no IPv4 parsing
-_RES_ABS = rf"^https?://{_RHOST}/(?:[{_RPF}][{_RP}]*)?{_RSEGS}{_RTAIL}"
+_RABS = rf"//{_RHOST}(?::{_PORT})?/(?:[{_RPF}][{_RP}]*)?{_RSEGS}{_RTAIL}"
+_RES_ABS = rf"^https?:{_RABS}"
+_RES_NET = rf"^{_RABS}"  # scheme-relative "//host/path": the base's scheme, then as absolute
 _RES_ROOT = rf"^/(?:[{_RPF}][{_RP}]*{_RSEGS})?{_RTAIL}"
 _RDIR = rf"[{_RPF.replace(':', '')}][{_RP.replace(':', '')}]*{_RSEGS}{_RTAIL}"
 _RES_DIR = rf"^{_RDIR}"
-_RES_UP = rf"^(?:\.\./)+(?:$|{_RDIR})"  # "../../name": the base directory less k segments, then the rest
+_RES_UP = rf"^(?:\.\./|\./)+(?:$|{_RDIR})"  # "../../name": the base directory less k segments, then the rest
 _RESOLVE_MIN_ROWS = 64  # below this the column kernels' fixed cost is more than the scalar calls
 
 
@@ -1861,22 +1865,30 @@ def resolve_many(
     def match(pattern: str) -> np.ndarray:
         return pc.match_substring_regex(h, pattern).fill_null(False).to_numpy(zero_copy_only=False)
 
-    absolute = match(_RES_ABS) & ~pc.match_substring(h, "xn--", ignore_case=True).fill_null(True).to_numpy(
-        zero_copy_only=False)
-    root = match(_RES_ROOT) & ok_row & ~absolute
+    no_idna = ~pc.match_substring(h, "xn--", ignore_case=True).fill_null(True).to_numpy(zero_copy_only=False)
+    absolute = match(_RES_ABS) & no_idna
+    net = match(_RES_NET) & no_idna & ok_row
+    root = match(_RES_ROOT) & ok_row & ~net
     dirrel = match(_RES_DIR) & ok_row & ~absolute & ~root
     up = match(_RES_UP) & ok_row
     out = np.empty(n, dtype=object)  # filled per class below, then one pa.array
-    rows = np.flatnonzero(absolute)
+    rows = np.flatnonzero(absolute | net)
     if len(rows):
         sub = h.take(pa.array(rows))
+        is_net = net[rows]
+        if is_net.any():  # "//host/p" -> "scheme:" of the base + "//host/p"
+            scheme = pa.array([p[0][:p[0].index(":") + 1] if p else "" for p in pieces], pa.string())
+            prefix = pc.if_else(pa.array(is_net), scheme.take(pa.array(bidx[rows])), "")
+            sub = pc.binary_join_element_wise(prefix, sub, "")
+        # host case and the scheme's default port are all WHATWG changes left in this class
         upper = pc.match_substring_regex(sub, r"^[^/]*//[^/]*[A-Z]").to_numpy(zero_copy_only=False)
-        vals = sub.to_numpy(zero_copy_only=False)
         if upper.any():
-            parts = pc.extract_regex(sub.filter(pa.array(upper)), r"^(?P<a>[^/]*//[^/]*)(?P<r>/.*)$")
-            vals[upper] = pc.binary_join_element_wise(
-                pc.ascii_lower(parts.field("a")), parts.field("r"), "").to_numpy(zero_copy_only=False)
-        out[rows] = vals
+            parts = pc.extract_regex(sub, r"^(?P<a>[^/]*//[^/]*)(?P<r>/.*)$")
+            sub = pc.if_else(pa.array(upper), pc.binary_join_element_wise(
+                pc.ascii_lower(parts.field("a")), parts.field("r"), ""), sub)
+        sub = pc.replace_substring_regex(sub, r"^(http://[^/]*):80/", r"\1/")
+        sub = pc.replace_substring_regex(sub, r"^(https://[^/]*):443/", r"\1/")
+        out[rows] = sub.to_numpy(zero_copy_only=False)
     for mask, prefix in ((root, auth), (dirrel, dirs)):
         rows = np.flatnonzero(mask)
         if len(rows):
@@ -1884,8 +1896,8 @@ def resolve_many(
             out[rows] = joined.to_numpy(zero_copy_only=False)
     rows = np.flatnonzero(up)
     if len(rows):
-        parts = pc.extract_regex(h.take(pa.array(rows)), r"^(?P<up>(?:\.\./)+)(?P<rest>.*)$")
-        k = pc.divide(pc.binary_length(parts.field("up")), 3).to_numpy(zero_copy_only=False).astype(np.int64)
+        parts = pc.extract_regex(h.take(pa.array(rows)), r"^(?P<up>(?:\.\./|\./)+)(?P<rest>.*)$")
+        k = pc.count_substring(parts.field("up"), "../").to_numpy(zero_copy_only=False).astype(np.int64)
         combo = bidx[rows] * (int(k.max()) + 1) + k  # one prefix per (base, levels up)
         uniq, inv = np.unique(combo, return_inverse=True)
         prefixes = []
@@ -1896,7 +1908,7 @@ def resolve_many(
             prefixes.append(origin + "/" + "".join(seg + "/" for seg in kept))
         out[rows] = pc.binary_join_element_wise(pa.array(prefixes, pa.string()).take(pa.array(inv.ravel())),
                                                 parts.field("rest"), "").to_numpy(zero_copy_only=False)
-    rest = np.flatnonzero(~(absolute | root | dirrel | up))
+    rest = np.flatnonzero(~(absolute | net | root | dirrel | up))
     if len(rest):
         cache: dict[tuple[str | None, str | None], str | None] = {}
         hl = h.take(pa.array(rest)).to_pylist()

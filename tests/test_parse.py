@@ -434,9 +434,11 @@ def _adversarial_pairs(n: int, seed: int) -> tuple[list[str | None], list[str | 
     prefixes = ["", "", "", "/", "//", "./", "../", "?", "#", "http:", "https://", "HTTP://", "hTTp://h/",
                 "javascript:", "http://Ex.COM/", "http://ex.com", "https://xn--a.com/", "https://XN--a.com/",
                 "http://h.12/", "http://h.0x1f/", "http://a.b:8080/", "http://a.b:80/", "http://u@h/", "\\", " /",
-                "http://h/", "https://sub.h-1.com/", "1a:", "a1:", "http://-x-.com/", "http://a..b/"]
+                "http://h/", "https://sub.h-1.com/", "1a:", "a1:", "http://-x-.com/", "http://a..b/",
+                "//Ex.COM:80/", "//h:443/", "//h.test:8080/", "//xn--a.b/", "//u@h/", "//1.2.3.4/", "https://h:443/",
+                "http://h:0080/", "http://h:65536/", "./", "././", "./../", ".././", "..//"]
     hrefs: list[str | None] = []
-    clean_prefixes = ["", "", "/", "http://h/", "https://sub.h-1.com/", "http://Ex.COM/"]
+    clean_prefixes = ["", "", "/", "http://h/", "https://sub.h-1.com/", "http://Ex.COM/", "//cdn.h/", "../"]
     clean_pieces = ["a", "b.html", "-", "_", "~", ";", "=", "&", "@", "A", "0", "/", "?q=1", "#f", "%41"]
     for _ in range(n):
         pre, pcs = (clean_prefixes, clean_pieces) if rng.random() < 0.4 else (prefixes, pieces)
@@ -449,7 +451,7 @@ def _adversarial_pairs(n: int, seed: int) -> tuple[list[str | None], list[str | 
 def test_resolve_many_equals_resolve_on_adversarial_pairs() -> None:
     import pyarrow.compute as pc
 
-    from crawl.urls import _RES_ABS, _RES_DIR, _RES_ROOT, _RES_UP, resolve, resolve_many
+    from crawl.urls import _RES_ABS, _RES_DIR, _RES_NET, _RES_ROOT, _RES_UP, resolve, resolve_many
 
     hrefs, bases = _adversarial_pairs(8000, 21)
     want = [None if h is None else resolve(h, b) for h, b in zip(hrefs, bases, strict=True)]
@@ -457,7 +459,7 @@ def test_resolve_many_equals_resolve_on_adversarial_pairs() -> None:
     # both paths carry a real share, or the comparison means little
     arr = pa.array(hrefs, pa.string())
     column = sum(pc.match_substring_regex(arr, p).fill_null(False).to_numpy(zero_copy_only=False)
-                 for p in (_RES_ABS, _RES_ROOT, _RES_DIR, _RES_UP)) > 0
+                 for p in (_RES_ABS, _RES_NET, _RES_ROOT, _RES_DIR, _RES_UP)) > 0
     assert 0.2 < column.mean() < 0.8, column.mean()
     assert sum(w is not None for w in want) > 3000
     # small inputs take the scalar loop; Arrow and chunked input; a length mismatch is an error
@@ -477,7 +479,7 @@ def test_resolve_many_realistic_links_take_the_column_path() -> None:
 
     import pyarrow.compute as pc
 
-    from crawl.urls import _RES_ABS, _RES_DIR, _RES_ROOT, _RES_UP, resolve, resolve_many
+    from crawl.urls import _RES_ABS, _RES_DIR, _RES_NET, _RES_ROOT, _RES_UP, resolve, resolve_many
 
     rng = random.Random(5)
     hrefs = [rng.choice(["/a/b", "c.html", "d/e?x=1#f", "https://o.test/p?q", "http://Ex.TEST/", "/", "../up",
@@ -486,7 +488,7 @@ def test_resolve_many_realistic_links_take_the_column_path() -> None:
     assert resolve_many(hrefs, bases).to_pylist() == [resolve(h, b) for h, b in zip(hrefs, bases, strict=True)]
     arr = pa.array(hrefs)
     column = sum(pc.match_substring_regex(arr, p).to_numpy(zero_copy_only=False)
-                 for p in (_RES_ABS, _RES_ROOT, _RES_DIR, _RES_UP)) > 0
+                 for p in (_RES_ABS, _RES_NET, _RES_ROOT, _RES_DIR, _RES_UP)) > 0
     assert column.mean() > 0.7
 
 
