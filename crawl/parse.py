@@ -248,6 +248,7 @@ def x_robots_flags(value: str | None, agent: str = PRODUCT_TOKEN) -> tuple[bool,
 # --- HTML ----------------------------------------------------------------------------------------
 
 _LINK_CSS = "a[href], area[href], link[href], frame[src], iframe[src]"
+_HEAD_AND_LINK_CSS = "meta, title, html, base[href], " + _LINK_CSS
 _REFRESH_URL = re.compile(r"^\s*\d*(?:\.\d*)?\s*[;,]\s*(?:url\s*=\s*)?[\"']?([^\"']+)", re.IGNORECASE)
 _SKIP_SCHEMES = ("mailto:", "javascript:", "data:", "tel:")
 
@@ -303,31 +304,7 @@ def _parse_html_deferred(url: str, payload: bytes, headers: Mapping[str, str],
     flags[1] |= nofollow
     agent_l = agent.lower()
     refresh_target: str | None = None
-    for meta in tree.css("meta"):
-        attrs = meta.attributes
-        name = (attrs.get("name") or "").strip().lower()
-        if name in ("robots", agent_l):
-            _apply_directives(attrs.get("content") or "", flags)
-        elif (attrs.get("http-equiv") or "").strip().lower() == "refresh" and refresh_target is None:
-            m = _REFRESH_URL.match(attrs.get("content") or "")
-            if m:
-                refresh_target = m.group(1).strip()
-    doc.meta_noindex, doc.meta_nofollow = flags
-
-    title = tree.css_first("title")
-    if title is not None:
-        doc.title = " ".join(title.text(deep=True).split()) or None
-    html_el = tree.css_first("html")
-    lang = html_el.attributes.get("lang") if html_el is not None else None
-    lang = lang or h.get("content-language")
-    if lang:
-        primary = re.split(r"[-_,\s]", lang.strip().lower(), maxsplit=1)[0]
-        doc.language = primary or None
-
-    base_el = tree.css_first("base[href]")
-    if base_el is not None:
-        raw.base_href = (base_el.attributes.get("href") or "").strip() or None
-
+    title = html_el = base_el = None
     hrefs, kinds, nfs = raw.hrefs, raw.kinds, raw.nofollow
 
     def add(value: str | None, kind: str, nf: bool) -> None:
@@ -337,22 +314,52 @@ def _parse_html_deferred(url: str, payload: bytes, headers: Mapping[str, str],
             kinds.append(kind)
             nfs.append(nf)
 
-    for node in tree.css(_LINK_CSS):
+    # one walk of the tree for everything read before the text (document order, as separate queries
+    # would give it: the first <title>, <html> and <base href> count)
+    for node in tree.css(_HEAD_AND_LINK_CSS):
         tag = node.tag
         attrs = node.attributes
-        rel = (attrs.get("rel") or "").lower().split()
-        if tag == "link":
+        if tag == "meta":
+            name = (attrs.get("name") or "").strip().lower()
+            if name in ("robots", agent_l):
+                _apply_directives(attrs.get("content") or "", flags)
+            elif (attrs.get("http-equiv") or "").strip().lower() == "refresh" and refresh_target is None:
+                m = _REFRESH_URL.match(attrs.get("content") or "")
+                if m:
+                    refresh_target = m.group(1).strip()
+        elif tag == "title":
+            if title is None:
+                title = node
+        elif tag == "html":
+            if html_el is None:
+                html_el = node
+        elif tag == "base":
+            if base_el is None:
+                base_el = node
+        elif tag == "link":
+            rel = (attrs.get("rel") or "").lower().split()
             if "canonical" in rel:
                 href = _clean_href(attrs.get("href"))
                 if href:
                     raw.canonical_hrefs.append(href)
-            if "alternate" not in rel:
-                continue
-            add(attrs.get("href"), "link", "nofollow" in rel)
+            if "alternate" in rel:
+                add(attrs.get("href"), "link", "nofollow" in rel)
         elif tag in ("frame", "iframe"):
             add(attrs.get("src"), tag, False)
         else:
-            add(attrs.get("href"), tag, "nofollow" in rel)
+            add(attrs.get("href"), tag, "nofollow" in (attrs.get("rel") or "").lower().split())
+    doc.meta_noindex, doc.meta_nofollow = flags
+
+    if title is not None:
+        doc.title = " ".join(title.text(deep=True).split()) or None
+    lang = html_el.attributes.get("lang") if html_el is not None else None
+    lang = lang or h.get("content-language")
+    if lang:
+        primary = re.split(r"[-_,\s]", lang.strip().lower(), maxsplit=1)[0]
+        doc.language = primary or None
+    if base_el is not None:
+        raw.base_href = (base_el.attributes.get("href") or "").strip() or None
+
     if refresh_target:
         add(refresh_target, "redirect", False)
     if "link" in h:
