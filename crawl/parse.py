@@ -19,7 +19,8 @@ HTML policy:
   ``latin1`` and ``us-ascii`` labels decode as windows-1252, as browsers do (WHATWG Encoding).
 * links: ``a[href]``, ``area[href]``, ``link[rel~=alternate][href]``, ``frame[src]``, ``iframe[src]``
   and ``<meta http-equiv=refresh content="N; url=…">`` (kind ``redirect``), resolved against
-  ``<base href>`` (itself resolved against the page URL) with :func:`crawl.urls.resolve`; only
+  ``<base href>`` (itself resolved against the page URL) with :func:`crawl.urls.resolve_many`, which
+  gives :func:`crawl.urls.resolve`'s answers for a whole partition at once (``_resolve_pages``); only
   http(s) results are kept, so ``mailto:``, ``javascript:``, ``data:``, ``tel:`` are dropped, as are
   empty and fragment-only hrefs (links to the page itself). A URL that appears twice on a page is
   kept once (first kind; ``nofollow`` only if every occurrence was nofollow).
