@@ -1808,7 +1808,7 @@ _RES_ROOT = rf"^/(?:[{_RPF}][{_RP}]*{_RSEGS})?{_RTAIL}"
 _RDIR = rf"[{_RPF.replace(':', '')}][{_RP.replace(':', '')}]*{_RSEGS}{_RTAIL}"
 _RES_DIR = rf"^{_RDIR}"
 _RES_UP = rf"^(?:\.\./|\./)+(?:$|{_RDIR})"  # "../../name": the base directory less k segments, then the rest
-_RESOLVE_MIN_ROWS = 64  # below this the column kernels' fixed cost is more than the scalar calls
+_RESOLVE_MIN_ROWS = 256  # below this the column kernels' fixed cost is more than the scalar calls
 
 
 def _base_pieces(base: str | None) -> tuple[str, str] | None:
