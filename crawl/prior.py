@@ -29,8 +29,7 @@ from sklearn.metrics import mean_poisson_deviance
 from crawl.changerate import MAX_RATE, MIN_RATE, changefreq_rate
 from crawl.store import Store
 
-MIN_EXPOSURE_DAYS = 1.0     # a URL trains the prior once its re-checks span this long
-MIN_CHECKS = 2
+MIN_EXPOSURE_DAYS = 0.0     # any evidence trains: the fit weights each row by its exposure
 MIN_TRAIN = 40              # fewer usable URLs: fall back to host pooling
 HOLDOUT_SHARE = 0.2         # by URL hash, stable across rounds
 MAX_TRAIN = 200_000         # training rows kept (a stable hash sample): the fit stays seconds on any CrawlDb
@@ -99,6 +98,17 @@ def features(db: pa.Table, host_rates: np.ndarray) -> sp.csr_matrix:
     return sp.hstack([tokens, sp.csr_matrix(numeric)], format="csr")
 
 
+def _usable(exposure: np.ndarray) -> np.ndarray:
+    """Rows whose evidence can train the prior: any re-check, or a trusted Last-Modified age.
+
+    A single re-check (changed or not after t days) and a Last-Modified age (time since the last change
+    of a Poisson page is Exp(λ)) are censored exponential observations; as Poisson counts over their
+    exposure they enter the GLM with weight = exposure, so short, uninformative ones weigh little and
+    there is no need to wait for long histories (which left the prior unused for the first rounds).
+    """
+    return np.asarray(exposure, np.float64) > MIN_EXPOSURE_DAYS
+
+
 def _holdout(url_hash: np.ndarray) -> np.ndarray:
     return (url_hash.astype(np.uint64) % np.uint64(1000)) < np.uint64(int(HOLDOUT_SHARE * 1000))
 
@@ -107,7 +117,7 @@ def fit(db: pa.Table, events: np.ndarray, exposure: np.ndarray, checks: np.ndarr
     """Fit the prior on rows with enough history; held-out rows give the deviance metrics."""
     total_ex = float(exposure.sum())
     global_rate = float(np.clip(events.sum() / total_ex, MIN_RATE, MAX_RATE)) if total_ex > 0 else 1.0 / 7.0
-    usable = (exposure >= MIN_EXPOSURE_DAYS) & (checks >= MIN_CHECKS)
+    usable = _usable(exposure)
     hosts = db.column("host").to_numpy(zero_copy_only=False)
     held = _holdout(db.column("url_hash").to_numpy()) & usable
     train = usable & ~held
@@ -144,7 +154,7 @@ def predict(prior: PriorModel, db: pa.Table, events: np.ndarray, exposure: np.nd
     hosts = db.column("host").to_numpy(zero_copy_only=False)
     if db.num_rows == 0:
         return np.empty(0)
-    usable = (exposure >= MIN_EXPOSURE_DAYS) & (checks >= MIN_CHECKS)
+    usable = _usable(exposure)
     if prior.model is None:
         return np.clip(host_rate(hosts, events, exposure, prior.global_rate, leave_one_out=False), MIN_RATE, MAX_RATE)
     hr = host_rate(hosts, np.where(usable, events, 0.0), np.where(usable, exposure, 0.0), prior.global_rate,
