@@ -187,7 +187,7 @@ def _index(root: Path, crawl_id: str):
     glob = f"{root}/index/crawl={crawl_id}/*/*.parquet"
     return duckdb.sql(
         f"SELECT url, fetch_status, fetch_time, warc_filename, warc_record_offset, warc_record_length, round "
-        f"FROM read_parquet('{glob}', hive_partitioning=true) WHERE subset <> 'robotstxt' "
+        f"FROM read_parquet('{glob}', hive_partitioning=true) WHERE subset NOT IN ('robotstxt', 'sitemap') "
         f"ORDER BY round, url").to_arrow_table().to_pylist()
 
 
