@@ -87,6 +87,15 @@ def warc_date(dt: datetime) -> str:
     return dt.strftime("%Y-%m-%dT%H:%M:%S.") + f"{dt.microsecond // 1000:03d}Z"
 
 
+def _warc_headers(fetch_time: datetime, ip: str | None, extra: dict[str, str | None] | None = None) -> dict[str, str]:
+    """Record id, date, IP address and any of ``extra`` that are set."""
+    headers = {"WARC-Record-ID": _record_id(), "WARC-Date": warc_date(fetch_time)}
+    if ip:
+        headers["WARC-IP-Address"] = ip
+    headers.update({k: v for k, v in (extra or {}).items() if v})
+    return headers
+
+
 def _record_id() -> str:
     return f"<urn:uuid:{uuid.uuid4()}>"
 
@@ -187,11 +196,7 @@ class WarcFile:
         ip: str | None = None,
         concurrent_to: str | None = None,
     ) -> RecordRef:
-        warc_headers = {"WARC-Record-ID": _record_id(), "WARC-Date": warc_date(fetch_time)}
-        if ip:
-            warc_headers["WARC-IP-Address"] = ip
-        if concurrent_to:
-            warc_headers["WARC-Concurrent-To"] = concurrent_to
+        warc_headers = _warc_headers(fetch_time, ip, {"WARC-Concurrent-To": concurrent_to})
         http = StatusAndHeaders(
             f"{method.upper()} {_request_target(url)} HTTP/1.1", list(headers), is_http_request=True
         )
@@ -216,17 +221,8 @@ class WarcFile:
     ) -> RecordRef:
         """``digest``: the payload digest when the caller already computed it (no second SHA-1)."""
         digest = digest or payload_digest(payload)
-        warc_headers = {
-            "WARC-Record-ID": _record_id(),
-            "WARC-Date": warc_date(fetch_time),
-            "WARC-Payload-Digest": digest,
-        }
-        if ip:
-            warc_headers["WARC-IP-Address"] = ip
-        if truncated:
-            warc_headers["WARC-Truncated"] = truncated
-        if concurrent_to:
-            warc_headers["WARC-Concurrent-To"] = concurrent_to
+        warc_headers = _warc_headers(fetch_time, ip, {"WARC-Payload-Digest": digest, "WARC-Truncated": truncated,
+                                                      "WARC-Concurrent-To": concurrent_to})
         http = StatusAndHeaders(
             f"{int(http_status)} {reason}".rstrip(), _response_headers(headers, len(payload)),
             protocol="HTTP/1.1",
@@ -249,9 +245,7 @@ class WarcFile:
         refers_to_date: datetime,
         ip: str | None = None,
     ) -> RecordRef:
-        warc_headers = {"WARC-Record-ID": _record_id(), "WARC-Date": warc_date(fetch_time)}
-        if ip:
-            warc_headers["WARC-IP-Address"] = ip
+        warc_headers = _warc_headers(fetch_time, ip)
         http = StatusAndHeaders(
             f"{int(http_status)} {reason}".rstrip(),
             [(n if n.lower() not in _RENAMED_HEADERS else "X-Crawler-" + n, v) for n, v in headers],
