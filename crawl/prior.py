@@ -1,8 +1,8 @@
 """The learned change-rate prior: predicts λ for URLs with little or no history (cold start).
 
-Trained each round (scikit-learn Poisson GLM, log link) on the URLs whose re-check history is long
-enough, from features that exist before the second fetch: hashed URL tokens (host-name words, path
-segments, extension), depth, path length, query, the host's pooled rate (leave-one-out, so a row does
+Trained each round (scikit-learn Poisson GLM, log link) on every URL with some evidence (one re-check
+or a trusted Last-Modified age is enough: the fit weights rows by exposure), from features that exist
+before the second fetch: hashed URL tokens (host-name words, path segments, extension), depth, path length, query, the host's pooled rate (leave-one-out, so a row does
 not see its own label) and the sitemap changefreq. The target is the CGM-corrected event count over
 the exposure, fitted as a rate with the exposure as sample weight (the standard Poisson-rate fit).
 :mod:`crawl.schedule` combines the prediction with each page's own evidence by Gamma-Poisson
