@@ -58,6 +58,31 @@ def test_prior_beats_a_constant_on_held_out_simulated_web():
     assert err_model < 0.8 * err_const, (err_model, err_const)
 
 
+def test_prior_trains_on_one_recheck_or_a_last_modified_age():
+    """No URL has a second re-check yet (the first rounds of a crawl): one re-check 8 h after the first
+    fetch, or only the age of the current version from Last-Modified, is enough to fit the model, and it
+    ranks an unseen web's pages better than a constant."""
+    db, x, tu, tc, true_rate = _history_table(hosts=60, seed=3, checks=1, interval_days=1 / 3)
+    # half the pages: their Last-Modified age instead of a re-check (time since the last true change)
+    model_web = build(SimParams(seed=3, hosts=60, pages_per_host=20))
+    ids = np.array([model_web.url_index[u] for u in db.column("url").to_pylist()])
+    last_change = model_web.change_time(ids, model_web.version_at(ids, np.full(ids.size, T0)))
+    age = np.where(np.isnan(last_change), 30.0, (T0 - np.nan_to_num(last_change)) / 86_400)
+    aged = np.arange(ids.size) % 2 == 0
+    events, exposure = cr.evidence(np.where(aged, 0, x), np.where(aged, 0.0, tu), np.where(aged, 0.0, tc),
+                                   np.where(aged, age, np.nan))
+    checks = np.where(aged, 0, 1)
+    model = prior.fit(db, events, exposure, checks)
+    assert model.model is not None and "fallback" not in model.metrics
+    assert model.metrics["usable"] == int((exposure > 0).sum()) > 0.9 * ids.size
+    db2, *_, true2 = _history_table(hosts=40, seed=4, checks=1, interval_days=1.0)
+    zero = np.zeros(db2.num_rows)
+    pred = prior.predict(model, db2, zero, zero, zero.astype(int))
+    err_model = np.mean(np.abs(np.log((pred + 0.01) / (true2 + 0.01))))
+    err_const = np.mean(np.abs(np.log((model.global_rate + 0.01) / (true2 + 0.01))))
+    assert err_model < 0.8 * err_const, (err_model, err_const)
+
+
 def test_rounds_use_the_model_and_next_fetch_is_queryable(simweb, tmp_path):
     cfg = load_config(overrides={
         "root": str(tmp_path), "crawl_id": "fr", "resolve": [simweb.resolve_rule], "politeness_delay_s": 0.0,
