@@ -35,17 +35,18 @@ def host_cap(cfg: CrawlConfig, delay_s: float | None = None) -> int:
     return max(1, math.floor(cfg.round_duration_s / delay))
 
 
-def partition_of(keys: pa.Array | list[str], partitions: int) -> np.ndarray:
-    """Stable partition number per politeness key (xxh3, independent of process and library versions)."""
-    values = keys.to_pylist() if isinstance(keys, pa.Array | pa.ChunkedArray) else keys
-    cache: dict[str, int] = {}
-    out = np.empty(len(values), dtype=np.int32)
-    for i, k in enumerate(values):  # one hash per distinct host, not per URL
-        p = cache.get(k)
-        if p is None:
-            p = cache[k] = xxhash.xxh3_64_intdigest((k or "").encode()) % partitions
-        out[i] = p
-    return out
+def partition_of(keys: pa.Array | pa.ChunkedArray | list[str], partitions: int) -> np.ndarray:
+    """Stable partition number per politeness key (xxh3, independent of process and library versions).
+
+    Hashes each distinct key once (a dictionary encoding), not each URL.
+    """
+    arr = keys if isinstance(keys, pa.Array | pa.ChunkedArray) else pa.array(keys, pa.string())
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks()
+    enc = pc.dictionary_encode(pc.fill_null(arr, ""))
+    per_key = np.array([xxhash.xxh3_64_intdigest(k.encode()) % partitions for k in enc.dictionary.to_pylist()],
+                       dtype=np.int32)
+    return per_key[enc.indices.to_numpy(zero_copy_only=False)] if len(arr) else np.empty(0, np.int32)
 
 
 def select(cfg: CrawlConfig, candidates: pa.Table, now: datetime, host_delays: pa.Table | None = None) -> pa.Table:

@@ -106,7 +106,7 @@ def inject(cfg: CrawlConfig, seeds: Sequence[str], now: datetime | None = None) 
         from crawl.update import pkeys
 
         rows = rows.set_column(rows.schema.get_field_index("pkey"), "pkey",
-                               pkeys(cfg, rows.column("url").combine_chunks(), rows.column("host").combine_chunks()))
+                               pkeys(cfg, rows.column("host").combine_chunks()))
     if store.exists(rel):
         old = store.read_table(rel, crawldb.CRAWLDB_SCHEMA)
         old_hashes = seen.sorted_unique(old.column("url_hash").to_numpy())

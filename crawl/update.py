@@ -39,8 +39,6 @@ from crawl.store import Store
 from crawl.tasks import CONTROL_SUBSETS, DIGESTS_SCHEMA, ROBOTS_CACHE_SCHEMA
 from crawl.urls import canonicalize_many, filter_reasons, politeness_key, url_hashes
 
-SUCCESS = ("fetched", "not_modified")
-
 # what prepare hands to each shard merge for a URL fetched this round
 FETCH_UPDATE_SCHEMA = pa.schema([
     ("url", pa.string()), ("url_hash", pa.uint64()), ("host", pa.string()), ("depth", pa.int32()),
@@ -70,10 +68,13 @@ def _shard_rel(store: Store, round_no: int, kind: str, shard: int) -> str:
     return store.round_dir(round_no, "update", kind, f"shard={shard:02d}.parquet")
 
 
-def pkeys(cfg: CrawlConfig, urls: pa.Array, hosts: pa.Array) -> pa.Array:
+def pkeys(cfg: CrawlConfig, hosts: pa.Array) -> pa.Array:
+    """Politeness key per URL; it depends on the host only, so it is computed once per distinct host."""
     if cfg.politeness_key == "host":
         return hosts
-    return pa.array([politeness_key(u, cfg.politeness_key) for u in urls.to_pylist()], pa.string())
+    enc = pc.dictionary_encode(hosts)
+    keys = [politeness_key(f"http://{h}/", cfg.politeness_key) if h else None for h in enc.dictionary.to_pylist()]
+    return pa.array(keys, pa.string()).take(enc.indices)
 
 
 def _read_with_part(store: Store, rels: list[str]) -> pa.Table:
@@ -360,7 +361,7 @@ def _new_urls(cfg: CrawlConfig, store: Store, con: duckdb.DuckDBPyConnection, db
         "url": cand.column("url"),
         "url_hash": cand.column("url_hash"),
         "host": hosts,
-        "pkey": pkeys(cfg, cand.column("url").combine_chunks(), hosts),
+        "pkey": pkeys(cfg, hosts),
         "depth": cand.column("depth").cast(pa.int32()),
         "discovered_round": pa.array(np.full(n, round_no, np.int32)),
         "source": cand.column("source"),
@@ -444,7 +445,7 @@ def merge_shard(cfg: CrawlConfig, round_no: int, shard: int) -> dict[str, Any]:
     upd = upd.drop_columns(["changed"])
     missing = pc.is_null(upd.column("pkey"))
     if upd.num_rows and pc.any(missing).as_py():
-        keys = pkeys(cfg, upd.column("url").combine_chunks(), upd.column("host").combine_chunks())
+        keys = pkeys(cfg, upd.column("host").combine_chunks())
         upd = upd.set_column(upd.schema.get_field_index("pkey"), "pkey", pc.if_else(missing, keys, upd.column("pkey")))
 
     touched = fupd.column("url_hash").to_numpy()
