@@ -33,9 +33,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from crawl import round as rnd  # noqa: E402
 from crawl.cluster import dask_client  # noqa: E402
 from crawl.config import load_config  # noqa: E402
-from crawl.demo import start_simweb  # noqa: E402
 from crawl.fetch import fetch_partition  # noqa: E402
 from crawl.records import FETCHLIST_SCHEMA  # noqa: E402
+from crawl.simweb.launch import launch  # noqa: E402
 from crawl.simweb.model import SimParams, build  # noqa: E402
 from crawl.simweb.truth import truth_table  # noqa: E402
 from crawl.urls import url_hash  # noqa: E402
@@ -72,7 +72,7 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=1)
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="crawl-bench-"))
-    proc, port = start_simweb(args.hosts, args.seed, work / "access.jsonl")
+    proc, port = launch(args.hosts, args.seed, work / "access.jsonl")
     try:
         model = build(SimParams(seed=args.seed, hosts=args.hosts))
         truth = truth_table(model)

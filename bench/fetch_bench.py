@@ -28,7 +28,6 @@ import importlib.util
 import json
 import os
 import platform
-import select
 import subprocess
 import sys
 import tempfile
@@ -51,6 +50,7 @@ from crawl.net import GuardedResolver  # noqa: E402
 from crawl.records import FETCHLIST_SCHEMA  # noqa: E402
 from crawl.simweb import model as M  # noqa: E402
 from crawl.simweb.accesslog import read_log  # noqa: E402
+from crawl.simweb.launch import launch  # noqa: E402
 from crawl.simweb.truth import truth_table  # noqa: E402
 
 RUN_CAP_S = 30.0
@@ -58,20 +58,8 @@ RUN_CAP_S = 30.0
 
 def start_simweb(hosts: int, seed: int, pages: int, workdir: Path) -> tuple[subprocess.Popen, int, Path]:
     log = workdir / "access.jsonl"
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "crawl.simweb", "serve", "--hosts", str(hosts), "--seed", str(seed),
-         "--pages-per-host", str(pages), "--port", "0", "--access-log", str(log)],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd=REPO, env=env)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and proc.poll() is None:
-        r, _, _ = select.select([proc.stdout], [], [], 0.2)
-        if r:
-            line = proc.stdout.readline().decode()
-            if line.startswith("SIMWEB READY"):
-                return proc, int(line.strip().rsplit(":", 1)[1]), log
-    proc.kill()
-    raise SystemExit("simweb did not start")
+    proc, port = launch(hosts, seed, log, pages)
+    return proc, port, log
 
 
 def stop(proc: subprocess.Popen) -> None:

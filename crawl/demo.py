@@ -11,9 +11,7 @@ server it started (by its PID). The output stays in ``--root`` (default ``crawld
 from __future__ import annotations
 
 import argparse
-import select
 import subprocess
-import sys
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -22,20 +20,7 @@ from crawl import query
 from crawl import round as rnd
 from crawl.cluster import dask_client
 from crawl.config import load_config
-
-
-def start_simweb(hosts: int, seed: int, log: Path) -> tuple[subprocess.Popen, int]:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "crawl.simweb", "serve", "--hosts", str(hosts), "--seed", str(seed), "--port", "0",
-         "--access-log", str(log)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and proc.poll() is None:
-        if select.select([proc.stdout], [], [], 0.2)[0]:
-            line = proc.stdout.readline().decode()
-            if line.startswith("SIMWEB READY"):
-                return proc, int(line.strip().rsplit(":", 1)[1])
-    proc.kill()
-    raise RuntimeError("the simulated web did not start")
+from crawl.simweb.launch import launch
 
 
 def print_summary(root: str, crawl_id: str) -> None:
@@ -59,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
 
     root = Path(args.root).resolve()
     root.mkdir(parents=True, exist_ok=True)
-    proc, port = start_simweb(args.hosts, args.seed, root / "simweb-access.jsonl")
+    proc, port = launch(args.hosts, args.seed, root / "simweb-access.jsonl")
     try:
         from crawl.simweb.model import SimParams, build
 

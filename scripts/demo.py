@@ -54,11 +54,12 @@ def main(argv: list[str] | None = None) -> int:
     root.mkdir(parents=True, exist_ok=True)
     configure_airflow(REPO / ".airflow" / "demo")
 
-    from crawl.demo import print_summary, start_simweb
+    from crawl.demo import print_summary
+    from crawl.simweb.launch import launch
     from crawl.simweb.model import SimParams, build
     from crawl.store import Store
 
-    proc, port = start_simweb(args.hosts, args.seed, root / "simweb-access.jsonl")
+    proc, port = launch(args.hosts, args.seed, root / "simweb-access.jsonl")
     try:
         os.environ.update({
             "CRAWL_ROOT": str(root),

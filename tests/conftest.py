@@ -8,11 +8,7 @@ from __future__ import annotations
 
 import http.client
 import json
-import os
-import select
 import subprocess
-import sys
-import time
 from functools import cached_property
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -103,26 +99,9 @@ def start_simweb(workdir: Path, hosts: int = DEFAULT_HOSTS, seed: int = DEFAULT_
     workdir.mkdir(parents=True, exist_ok=True)
     log = workdir / "access.jsonl"
     err = workdir / "simweb.stderr"
-    env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    with open(err, "wb") as errf:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "crawl.simweb", "serve", "--hosts", str(hosts), "--seed", str(seed),
-             "--pages-per-host", str(pages_per_host), "--port", "0", "--access-log", str(log), *extra_args],
-            stdout=subprocess.PIPE, stderr=errf, cwd=REPO, env=env)
-    deadline = time.monotonic() + ready_timeout
-    line = b""
-    while time.monotonic() < deadline and proc.poll() is None:
-        r, _, _ = select.select([proc.stdout], [], [], 0.2)
-        if r:
-            line = proc.stdout.readline()
-            if line.startswith(b"SIMWEB READY"):
-                break
-    if not line.startswith(b"SIMWEB READY"):
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait(5)
-        raise RuntimeError(f"simweb did not start: {err.read_text(errors='replace')[-2000:]}")
-    port = int(line.decode().strip().rsplit(":", 1)[1])
+    from crawl.simweb.launch import launch
+
+    proc, port = launch(hosts, seed, log, pages_per_host, extra_args, err, ready_timeout)
     return SimWeb(proc, port, hosts, seed, pages_per_host, log, err)
 
 

@@ -1,0 +1,44 @@
+"""Start ``python -m crawl.simweb serve --port 0`` as a child process and wait for its READY line.
+
+The one launcher the tests, the demo and the benchmarks share: a free port, the access log where the
+caller wants it, and a clear error with the server's stderr when it does not come up.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent.parent
+
+
+def launch(hosts: int, seed: int, access_log: Path, pages_per_host: int | None = None,
+           extra_args: tuple[str, ...] = (), stderr_path: Path | None = None,
+           ready_timeout: float = 60.0) -> tuple[subprocess.Popen, int]:
+    """(process, port) of a running simulated web; the caller stops it by its PID."""
+    cmd = [sys.executable, "-m", "crawl.simweb", "serve", "--hosts", str(hosts), "--seed", str(seed),
+           "--port", "0", "--access-log", str(access_log), *extra_args]
+    if pages_per_host is not None:
+        cmd[cmd.index("--port"):cmd.index("--port")] = ["--pages-per-host", str(pages_per_host)]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    err = open(stderr_path, "wb") if stderr_path else subprocess.DEVNULL  # noqa: SIM115 - closed below
+    try:
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, cwd=REPO, env=env)
+    finally:
+        if stderr_path:
+            err.close()
+    deadline = time.monotonic() + ready_timeout
+    while time.monotonic() < deadline and proc.poll() is None:
+        if select.select([proc.stdout], [], [], 0.2)[0]:
+            line = proc.stdout.readline().decode()
+            if line.startswith("SIMWEB READY"):
+                return proc, int(line.strip().rsplit(":", 1)[1])
+    if proc.poll() is None:
+        proc.kill()
+    proc.wait(5)
+    detail = stderr_path.read_text(errors="replace")[-2000:] if stderr_path else ""
+    raise RuntimeError(f"the simulated web did not start: {detail}")
