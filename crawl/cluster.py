@@ -8,7 +8,6 @@ task can run on any worker, twice, or after its worker died.
 from __future__ import annotations
 
 import contextlib
-import os
 from collections.abc import Iterator
 
 from crawl.config import CrawlConfig
@@ -29,7 +28,6 @@ def dask_client(cfg: CrawlConfig) -> Iterator[object]:
     # Workers are processes (fetch and parse are CPU-heavy between awaits). Nanny processes are
     # spawned; when the parent is an ``airflow`` entry point, spawn would re-run it, so the Airflow
     # layer runs the engine in a plain ``python -m crawl`` subprocess (see dags/recrawl.py).
-    os.environ.setdefault("DASK_DISTRIBUTED__WORKER__DAEMON", "False")
     cluster = LocalCluster(
         n_workers=cfg.dask_workers,
         threads_per_worker=1,
