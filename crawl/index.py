@@ -88,16 +88,19 @@ def _split_url(urls: pa.Array) -> dict[str, pa.Array]:
     port = pc.if_else(pc.equal(port_s, ""), pa.scalar(None, pa.string()), port_s).cast(pa.int32())
     path = pc.struct_field(parts, "path")
     path = pc.if_else(pc.equal(path, ""), "/", path)
-    hosts = host.to_pylist()
-    uniq = {h: (registered_domain(h) if h else None) for h in set(hosts)}
+    # per distinct host, not per row
+    enc = pc.dictionary_encode(host)
+    names = enc.dictionary.to_pylist()
+    domains = pa.array([registered_domain(h) if h else None for h in names], pa.string()).take(enc.indices)
+    tlds = pa.array([h.rsplit(".", 1)[-1] if h else None for h in names], pa.string()).take(enc.indices)
     return {
         "url_protocol": pc.utf8_lower(pc.struct_field(parts, "proto")),
         "url_host_name": host,
         "url_port": port,
         "url_path": path,
         "url_query": pc.struct_field(parts, "query"),
-        "url_host_registered_domain": pa.array([uniq[h] for h in hosts], pa.string()),
-        "url_host_tld": pa.array([h.rsplit(".", 1)[-1] if h else None for h in hosts], pa.string()),
+        "url_host_registered_domain": domains,
+        "url_host_tld": tlds,
     }
 
 
