@@ -1,4 +1,4 @@
-"""The public conformance suites (../shared/conformance, see its SOURCES.md) against our adapters.
+"""The public conformance suites (tests/data/conformance, see its SOURCES.md) against our adapters.
 
 The harnesses are run as their authors ship them, in a subprocess from the repository root, and their
 summary lines are asserted: the thresholds are the issue's "done when" goals, plus floors at today's
@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-CONFORMANCE = Path(os.environ.get("CONFORMANCE_DIR", ROOT.parent / "shared" / "conformance"))
+CONFORMANCE = Path(os.environ.get("CONFORMANCE_DIR", ROOT / "tests" / "data" / "conformance"))
 SUMMARY_RE = re.compile(r"^\[(\w+)\] (\d+) passed, (\d+) failed(?:, (\d+) skipped)?", re.M)
 TOTAL_RE = re.compile(r"^(\d+) passed, (\d+) failed$", re.M)
 

@@ -29,7 +29,7 @@ from crawl.urls import (
     url_hashes,
 )
 
-CONFORMANCE = Path(__file__).resolve().parent.parent.parent / "shared" / "conformance"
+CONFORMANCE = Path(__file__).resolve().parent / "data" / "conformance"
 BASE = "http://example.org/foo/bar?q#f"
 
 
