@@ -95,7 +95,8 @@ class CrawlConfig:
 
     # network
     resolve: tuple[str, ...] = ()  # 'PATTERN=IP:PORT', e.g. '*.sim.test=127.0.0.1:8800'
-    allow_private: bool = False
+    allow_private_networks: bool = False  # connect to loopback/private/reserved addresses (SSRF guard off)
+    verify_tls: bool = True  # verify TLS certificates; false only for test servers with self-signed ones
 
     # Dask
     dask_address: str = ""  # empty = embedded LocalCluster

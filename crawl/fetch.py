@@ -52,7 +52,7 @@ from crawl import records as R
 from crawl import urls as U
 from crawl.config import CrawlConfig
 from crawl.fingerprint import payload_digest
-from crawl.net import GuardedResolver, PrivateAddressError, classify_error
+from crawl.net import GuardedResolver, PrivateAddressError, classify_error, guarded_connector
 from crawl.robots import RobotsPolicy, policy_from_response
 from crawl.warc import RecordRef, WarcFile
 
@@ -262,7 +262,7 @@ class _Fetcher:
             (SUBSET_WARC, "warc"), (SUBSET_DIAG, "crawldiagnostics"), (SUBSET_ROBOTS, "robotstxt"))}
         self.warcs: dict[str, WarcFile] = {}
         self.writer = _WarcWriter()
-        self.resolver = GuardedResolver(cfg.resolve, allow_private=cfg.allow_private)
+        self.resolver = GuardedResolver(cfg.resolve, allow_private_networks=cfg.allow_private_networks)
         self.wake = asyncio.Event()
         self.tasks: set[asyncio.Task[None]] = set()
         self.active = 0  # admitted slots not yet retired
@@ -398,10 +398,10 @@ class _Fetcher:
             trace = aiohttp.TraceConfig()
             trace.on_request_headers_sent.append(self._on_headers_sent)
             traces.append(trace)
-        connector = aiohttp.TCPConnector(
-            resolver=self.resolver, use_dns_cache=False,
+        connector = guarded_connector(  # the SSRF guard sits at every socket this session opens
+            self.resolver, verify_tls=cfg.verify_tls,
             limit=cfg.max_concurrent_hosts * cfg.max_in_flight_per_host,
-            limit_per_host=cfg.max_in_flight_per_host, ssl=False,
+            limit_per_host=cfg.max_in_flight_per_host,
         )
         self.timeout = aiohttp.ClientTimeout(total=None, sock_connect=cfg.connect_timeout_s,
                                              connect=cfg.connect_timeout_s, sock_read=cfg.read_timeout_s)
@@ -511,9 +511,6 @@ class _Fetcher:
 
     # -- one request --------------------------------------------------------------------------
     async def _request(self, h: _Host, url: str, headers: dict[str, str], cap: int) -> _Response:
-        host = h.host if url.startswith(h.origin) else (urlsplit(url).hostname or "")
-        if host[:1].isdigit() or host[:1] in "[:":  # IP literals bypass the resolver's guard
-            self.resolver.check_literal(host)
         s = h.slot
         body = bytearray()
         truncated: str | None = None

@@ -1,11 +1,17 @@
-"""Name resolution for the fetcher: the ``--resolve`` override map, a TTL DNS cache and the SSRF guard.
+"""Name resolution for the fetcher, and the SSRF guard at the socket.
 
-Why here and not in the fetcher: the private-address check must run on the *resolved* IP, at the
-moment aiohttp opens a connection, so it also covers redirect targets and hosts whose DNS points into
-a private network. aiohttp hands every non-literal host to the connector's resolver, so an
-:class:`aiohttp.abc.AbstractResolver` is the one place that sees every name. IP-literal URL hosts
-bypass resolvers in aiohttp, so :meth:`GuardedResolver.check_literal` covers them (the fetcher calls
-it before each request).
+Why at the socket: a URL's host says little about where a connection goes (``user@127.0.0.1``,
+``2130706433``, ``[::ffff:7f00:1]``, a name whose DNS points into a private network, a redirect hop).
+The one place that sees the address a connection is really made to is the socket itself, so
+:class:`AddressGuard` is installed as the aiohttp connector's ``socket_factory`` (aiohappyeyeballs
+calls it with the ``sockaddr`` it is about to connect to, for IP-literal URLs and resolved names
+alike, for pages, robots.txt, sitemaps and every redirect hop). A blocked address raises
+:class:`PrivateAddressError` before any socket exists. :class:`GuardedResolver` additionally drops
+blocked addresses from DNS answers, so a name with one public and one private address still connects
+to the public one.
+
+The only ways past the guard: a ``--resolve`` target (the exact ``IP:PORT`` the user named) or
+``allow_private_networks`` in config.
 
 Resolve rules work like curl's ``--connect-to``: ``'*.sim.test=127.0.0.1:8800'`` sends connections
 for every matching host to 127.0.0.1:8800 whatever the URL's port, and allowlists that target past
@@ -15,12 +21,15 @@ the guard (that is how the crawler reaches the simulated web on loopback).
 from __future__ import annotations
 
 import asyncio
+import errno
 import fnmatch
 import ipaddress
+import re
 import socket
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 import aiohttp
 from aiohttp.abc import AbstractResolver, ResolveResult
@@ -35,26 +44,122 @@ DNS_NEGATIVE_TTL_S = 30.0
 
 _IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
-# Ranges a crawler must never be talked into connecting to (SSRF): beyond what ``is_private``
-# already covers we name CGNAT and the cloud metadata endpoints explicitly, so the intent is visible.
-_BLOCKED_NETS = tuple(ipaddress.ip_network(n) for n in (
-    "0.0.0.0/8",          # "this network", includes the unspecified address
-    "10.0.0.0/8",
-    "100.64.0.0/10",      # carrier-grade NAT (RFC 6598)
-    "127.0.0.0/8",
-    "169.254.0.0/16",     # link-local, includes 169.254.169.254 (cloud metadata)
-    "172.16.0.0/12",
-    "192.0.0.0/24",       # IETF protocol assignments
-    "192.168.0.0/16",
-    "198.18.0.0/15",      # benchmarking
-    "224.0.0.0/4",        # multicast
-    "240.0.0.0/4",        # reserved, includes broadcast
-    "::/128",
-    "::1/128",
-    "fc00::/7",           # unique local (ULA), includes fd00:ec2::254 (AWS metadata over IPv6)
-    "fe80::/10",          # link-local
-    "ff00::/8",           # multicast
+
+def _nets(*pairs: tuple[str, str]) -> tuple[tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, str], ...]:
+    return tuple((ipaddress.ip_network(n), why) for n, why in pairs)
+
+
+# Cloud metadata services: inside blocked ranges anyway, named so a refusal says what it was.
+METADATA_ADDRESSES = frozenset(ipaddress.ip_address(a) for a in (
+    "169.254.169.254",  # AWS, GCP, Azure, OpenStack, DigitalOcean
+    "169.254.170.2",    # AWS ECS task metadata
+    "100.100.100.200",  # Alibaba Cloud
+    "192.0.0.192",      # Oracle Cloud
+    "fd00:ec2::254",    # AWS over IPv6
 ))
+
+# IPv4 ranges a crawler must never be talked into connecting to (RFC 6890 special-purpose registry;
+# written out rather than taken from ``ipaddress.is_private``, whose lists change between Pythons).
+_V4_BLOCKED = _nets(
+    ("0.0.0.0/8", "unspecified"),       # "this network", includes 0.0.0.0 (reaches the local host)
+    ("10.0.0.0/8", "private"),
+    ("100.64.0.0/10", "cgnat"),         # carrier-grade NAT (RFC 6598)
+    ("127.0.0.0/8", "loopback"),
+    ("169.254.0.0/16", "link-local"),
+    ("172.16.0.0/12", "private"),
+    ("192.0.0.0/24", "reserved"),       # IETF protocol assignments
+    ("192.0.2.0/24", "reserved"),       # documentation
+    ("192.88.99.0/24", "reserved"),     # 6to4 relay anycast (deprecated)
+    ("192.168.0.0/16", "private"),
+    ("198.18.0.0/15", "reserved"),      # benchmarking
+    ("198.51.100.0/24", "reserved"),    # documentation
+    ("203.0.113.0/24", "reserved"),     # documentation
+    ("224.0.0.0/4", "multicast"),
+    ("240.0.0.0/4", "reserved"),        # includes 255.255.255.255
+)
+# IPv6: only global unicast (2000::/3) can be public, plus NAT64 judged by its IPv4; inside 2000::/3
+# these are not. 6to4, Teredo and NAT64 are judged by the IPv4 address they embed.
+_V6_BLOCKED = _nets(
+    ("2001::/23", "reserved"),          # IETF protocol assignments (Teredo handled before)
+    ("2001:db8::/32", "reserved"),      # documentation
+    ("3fff::/20", "reserved"),          # documentation (RFC 9637)
+)
+_V6_GLOBAL = ipaddress.ip_network("2000::/3")
+_NAT64 = ipaddress.ip_network("64:ff9b::/96")
+_TEREDO = ipaddress.ip_network("2001::/32")
+_V6_SPECIAL = _nets(
+    ("::ffff:0:0/96", "ipv4-mapped"),
+    ("::/96", "ipv4-compatible"),       # includes :: (unspecified) and ::1 (loopback)
+    ("64:ff9b:1::/48", "nat64-local"),
+    ("100::/64", "reserved"),           # discard prefix
+    ("fc00::/7", "ula"),                # unique local, includes fd00:ec2::254
+    ("fe80::/10", "link-local"),
+    ("fec0::/10", "site-local"),
+    ("ff00::/8", "multicast"),
+)
+
+
+def parse_ip(text: str) -> _IPAddress:
+    """An address from a socket address or URL host: brackets and a zone (``%eth0``) are stripped.
+
+    Only canonical text forms are accepted (dotted-quad IPv4, RFC 4291 IPv6); the legacy IPv4 forms
+    (``2130706433``, ``0x7f.1``, ``0177.0.0.1``, ``127.1``) raise :class:`ValueError`: the URL model
+    normalises them before they get here, and anything else that still looks like that is refused.
+    """
+    bare = text.strip()
+    if bare.startswith("[") and bare.endswith("]"):
+        bare = bare[1:-1]
+    return ipaddress.ip_address(bare.split("%", 1)[0])
+
+
+def blocked_reason(ip: str | _IPAddress) -> str | None:
+    """Why the guard refuses ``ip`` (``'loopback'``, ``'6to4:private'``, ...), or None when it is public.
+
+    Text that is not a canonical address is refused as ``'unparsable'``: when in doubt, no connection.
+    """
+    try:
+        addr = parse_ip(ip) if isinstance(ip, str) else ip
+    except ValueError:
+        return "unparsable"
+    if addr in METADATA_ADDRESSES:
+        return "metadata"
+    if isinstance(addr, ipaddress.IPv4Address):
+        for net, why in _V4_BLOCKED:
+            if addr in net:
+                return why
+        return None if addr.is_global else "reserved"
+    if addr.sixtofour is not None:  # 2002::/16
+        inner = blocked_reason(addr.sixtofour)
+        return f"6to4:{inner}" if inner else None
+    if addr in _TEREDO:
+        assert addr.teredo is not None
+        server, client = addr.teredo
+        inner = blocked_reason(client) or blocked_reason(server)
+        return f"teredo:{inner}" if inner else None
+    if addr in _NAT64:
+        inner = blocked_reason(ipaddress.IPv4Address(int(addr) & 0xFFFFFFFF))
+        return f"nat64:{inner}" if inner else None
+    for net, why in _V6_SPECIAL:
+        if addr in net:
+            return "loopback" if addr == ipaddress.IPv6Address(1) else \
+                "unspecified" if int(addr) == 0 else why
+    if addr not in _V6_GLOBAL:
+        return "reserved"
+    for net, why in _V6_BLOCKED:
+        if addr in net:
+            return why
+    return None
+
+
+def is_blocked_ip(ip: str | _IPAddress) -> bool:
+    """True when the guard refuses ``ip`` (see :func:`blocked_reason`)."""
+    return blocked_reason(ip) is not None
+
+
+# WHATWG "ends in a number": a host whose last label is digits or 0x-hex is an IPv4 literal in some
+# legacy spelling, never a DNS name; handed to the resolver it would be refused (getaddrinfo would
+# happily map it onto an address).
+_NUMERIC_LAST_LABEL = re.compile(r"(?:^|\.)(?:[0-9]+|0[xX][0-9a-fA-F]*)\.?$")
 
 
 class NetError(Exception):
@@ -63,10 +168,23 @@ class NetError(Exception):
     code = "net"
 
 
-class PrivateAddressError(NetError):
-    """The host resolves to (or is) an address the guard refuses; recorded as ``private_address``."""
+class PrivateAddressError(NetError, PermissionError):
+    """The connection would go to an address the guard refuses; recorded as ``private_address``.
+
+    A :class:`PermissionError` (``EACCES``) so that aiohappyeyeballs, which collects only
+    ``OSError`` from a socket factory, hands it on and aiohttp wraps it in ``ClientConnectorError``.
+    """
 
     code = "private_address"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(errno.EACCES, message)
+
+    def __str__(self) -> str:
+        return f"{GUARD_PREFIX}{self.strerror}"
+
+
+GUARD_PREFIX = "address guard: "
 
 
 class DnsError(NetError):
@@ -76,19 +194,40 @@ class DnsError(NetError):
     code = "dns"
 
 
-def is_blocked_ip(ip: str | _IPAddress) -> bool:
-    """True for loopback, private, ULA, link-local, CGNAT, unspecified, multicast, metadata addresses.
+class AddressGuard:
+    """The one check every outgoing TCP connection passes: the address it is about to connect to.
 
-    IPv4-mapped IPv6 (``::ffff:127.0.0.1``) is judged by its IPv4 address, so it cannot sneak past.
+    Installed as ``aiohttp.TCPConnector(socket_factory=guard.socket_factory)``. Passes public
+    addresses, the exact ``IP:PORT`` targets of resolve rules, and everything when
+    ``allow_private_networks``; everything else raises :class:`PrivateAddressError`.
     """
-    addr = ipaddress.ip_address(ip.split("%", 1)[0]) if isinstance(ip, str) else ip
-    if isinstance(addr, ipaddress.IPv6Address) and addr.ipv4_mapped is not None:
-        addr = addr.ipv4_mapped
-    if addr.is_loopback or addr.is_link_local or addr.is_multicast or addr.is_unspecified:
-        return True
-    if addr.is_private or addr.is_reserved:
-        return True
-    return any(addr in net for net in _BLOCKED_NETS if net.version == addr.version)
+
+    def __init__(self, targets: Iterable[tuple[str, int]] = (), *,
+                 allow_private_networks: bool = False) -> None:
+        self.targets = frozenset((parse_ip(ip), int(port)) for ip, port in targets)
+        self.allow_private_networks = allow_private_networks
+        self.refused = 0  # connections refused, for stats and tests
+
+    def check(self, ip: str, port: int) -> None:
+        """Raise :class:`PrivateAddressError` unless a connection to ``ip:port`` may be opened."""
+        if self.allow_private_networks:
+            return
+        try:
+            addr = parse_ip(ip)
+        except ValueError:
+            addr = None
+        if addr is not None and (addr, port) in self.targets:
+            return
+        why = blocked_reason(addr) if addr is not None else "unparsable"
+        if why is not None:
+            self.refused += 1
+            raise PrivateAddressError(f"refusing {ip} port {port} ({why})")
+
+    def socket_factory(self, addr_info: tuple[Any, ...]) -> socket.socket:
+        """aiohappyeyeballs' socket factory: check the destination, then make the socket as it would."""
+        family, type_, proto, _, sockaddr = addr_info
+        self.check(str(sockaddr[0]), int(sockaddr[1]))
+        return socket.socket(family=family, type=type_, proto=proto)
 
 
 @dataclass(frozen=True)
@@ -133,23 +272,26 @@ class ResolverMap:
 class GuardedResolver(AbstractResolver):
     """aiohttp resolver: override rules first, else a TTL-cached default lookup, then the guard.
 
-    Overridden hosts are allowlisted (the user named the target). For other hosts every resolved
-    address must pass :func:`is_blocked_ip` unless ``allow_private``; blocked addresses are dropped
-    and, if none is left, :class:`PrivateAddressError` is raised so the request fails before any
-    byte is sent.
+    Overridden hosts go to the rule's target (the user named it; :attr:`guard` lets exactly that
+    ``IP:PORT`` through). For other hosts blocked addresses are dropped from the answer and, if none
+    is left, :class:`PrivateAddressError` is raised. A host spelled like a legacy IPv4 literal
+    (``2130706433``, ``0x7f.1``) is refused rather than handed to ``getaddrinfo``. The connection
+    itself is checked again by :attr:`guard` at the socket, which also covers IP-literal URLs
+    (aiohttp does not resolve those).
     """
 
     def __init__(
         self,
         rules: ResolverMap | Iterable[str] = (),
         *,
-        allow_private: bool = False,
+        allow_private_networks: bool = False,
         inner: AbstractResolver | None = None,
         ttl_s: float = DNS_TTL_S,
         negative_ttl_s: float = DNS_NEGATIVE_TTL_S,
     ) -> None:
         self.map = rules if isinstance(rules, ResolverMap) else ResolverMap.from_rules(rules)
-        self.allow_private = allow_private
+        self.guard = AddressGuard(((r.ip, r.port) for r in self.map.rules),
+                                  allow_private_networks=allow_private_networks)
         self._inner = inner
         self._ttl = ttl_s
         self._neg_ttl = negative_ttl_s
@@ -158,17 +300,21 @@ class GuardedResolver(AbstractResolver):
         self._pending: dict[tuple[str, int, int], asyncio.Future[list[ResolveResult]]] = {}
         self.lookups = 0  # real lookups done (cache misses), for stats and tests
 
-    def check_literal(self, host: str) -> None:
-        """Guard for URL hosts that are IP literals (aiohttp does not resolve those)."""
-        bare = host.strip("[]")
+    def check_literal(self, host: str, port: int | None) -> None:
+        """Refuse an IP-literal host no rule names (a rule's target may be private; nothing else).
+
+        Names are left to :meth:`resolve`; legacy IPv4 spellings are refused there.
+        """
+        if self.guard.allow_private_networks:
+            return
         try:
-            addr = ipaddress.ip_address(bare.split("%", 1)[0])
+            addr = parse_ip(host)
         except ValueError:
-            return
-        if self.allow_private or self.map.lookup(bare) is not None:
-            return
-        if is_blocked_ip(addr):
-            raise PrivateAddressError(f"{host}: refusing private/reserved address")
+            return  # a name
+        why = blocked_reason(addr)
+        if why is not None and self.map.lookup(host.strip("[]")) is None:
+            self.guard.refused += 1
+            raise PrivateAddressError(f"refusing {host} port {port} ({why})")
 
     async def resolve(
         self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
@@ -178,12 +324,16 @@ class GuardedResolver(AbstractResolver):
             fam = socket.AF_INET6 if ":" in rule.ip else socket.AF_INET
             return [ResolveResult(hostname=host, host=rule.ip, port=rule.port, family=fam,
                                   proto=0, flags=socket.AI_NUMERICHOST | socket.AI_NUMERICSERV)]
+        if _NUMERIC_LAST_LABEL.search(host) and not self.guard.allow_private_networks:
+            self.guard.refused += 1
+            raise PrivateAddressError(f"refusing {host}: an IP literal in a non-canonical form")
         results = await self._cached(host, port, family)
-        if self.allow_private:
+        if self.guard.allow_private_networks:
             return results
-        allowed = [r for r in results if not is_blocked_ip(r["host"])]
+        # a DNS answer never unlocks a rule's target: only the rule itself does
+        allowed = [r for r in results if blocked_reason(r["host"]) is None]
         if not allowed:
-            raise PrivateAddressError(f"{host}: resolves only to private/reserved addresses")
+            raise PrivateAddressError(f"refusing {host}: resolves only to private/reserved addresses")
         return allowed
 
     async def _cached(self, host: str, port: int, family: int) -> list[ResolveResult]:
@@ -236,8 +386,12 @@ def classify_error(exc: BaseException) -> str:
             break
         if isinstance(seen, NetError):
             return seen.code
-        if isinstance(seen, aiohttp.ClientConnectorError) and isinstance(seen.os_error, NetError):
-            return seen.os_error.code
+        if isinstance(seen, aiohttp.ClientConnectorError):
+            if isinstance(seen.os_error, NetError):
+                return seen.os_error.code
+            # aiohappyeyeballs merges several refused addresses into one plain OSError
+            if GUARD_PREFIX in str(seen.os_error):
+                return PrivateAddressError.code
         seen = seen.__cause__ or seen.__context__
     if isinstance(exc, aiohttp.ClientConnectorDNSError):
         return "dns"
@@ -257,7 +411,34 @@ def classify_error(exc: BaseException) -> str:
     return type(exc).__name__
 
 
+class GuardedConnector(aiohttp.TCPConnector):
+    """aiohttp's TCP connector with the guard at both ends of a connection attempt.
+
+    :meth:`connect` refuses an IP-literal URL host (aiohttp does not hand literals to the resolver)
+    unless a resolve rule names it; the :class:`AddressGuard` socket factory then checks the address
+    the socket really connects to, for every host. Together with :class:`GuardedResolver` (which
+    drops blocked DNS answers) a rule is the only way to a private address, and only to its target.
+    """
+
+    def __init__(self, resolver: GuardedResolver, **kwargs: Any) -> None:
+        super().__init__(resolver=resolver, use_dns_cache=False,
+                         socket_factory=resolver.guard.socket_factory, **kwargs)
+        self.guarded_resolver = resolver
+
+    async def connect(self, req: Any, traces: Any, timeout: Any) -> Any:
+        self.guarded_resolver.check_literal(req.host, req.port)
+        return await super().connect(req, traces, timeout)
+
+
+def guarded_connector(resolver: GuardedResolver, *, verify_tls: bool = True,
+                      **kwargs: Any) -> GuardedConnector:
+    """The crawler's connector (:class:`GuardedConnector`); ``verify_tls`` False skips certificate
+    verification (config ``verify_tls``: only for test servers with self-signed certificates)."""
+    return GuardedConnector(resolver, ssl=True if verify_tls else False, **kwargs)
+
+
 __all__ = [
-    "DNS_NEGATIVE_TTL_S", "DNS_TTL_S", "DnsError", "GuardedResolver", "NetError",
-    "PrivateAddressError", "ResolveRule", "ResolverMap", "classify_error", "is_blocked_ip",
+    "DNS_NEGATIVE_TTL_S", "DNS_TTL_S", "GUARD_PREFIX", "METADATA_ADDRESSES", "AddressGuard",
+    "DnsError", "GuardedConnector", "GuardedResolver", "NetError", "PrivateAddressError", "ResolveRule", "ResolverMap",
+    "blocked_reason", "classify_error", "guarded_connector", "is_blocked_ip", "parse_ip",
 ]

@@ -310,11 +310,11 @@ def test_private_address_guard(simweb, tmp_path: Path) -> None:
     assert last_rows(out)[url]["status"] == "fetched"
     # robots.txt fetched fresh and allowing: /sitemap.xml (none named) is asked too, nothing else
     assert {r["path"] for r in log_for(sw, {"127.0.0.1"})} == {"/", "/robots.txt", "/sitemap.xml"}
-    # a name that resolves to loopback (no rule) is refused inside the resolver; allow_private lifts it
+    # a name that resolves to loopback (no rule) is refused inside the resolver; allow_private_networks lifts it
     local = [f"http://localhost:{sw.port}/", f"http://localhost:{sw.port}/x"]
     rows = last_rows(run(cfg_for(sw), local, tmp_path, "r1/p2"))
     assert all(rows[u]["status"] == "filtered" and rows[u]["error"] == "private_address" for u in local)
-    rows = last_rows(run(cfg_for(sw, allow_private=True), local[:1], tmp_path, "r1/p3"))
+    rows = last_rows(run(cfg_for(sw, allow_private_networks=True), local[:1], tmp_path, "r1/p3"))
     assert rows[local[0]]["status"] == "fetched"
     # without the resolve rule the simulated hosts do not resolve: dns, retried in a later round
     urls = ["http://news-001.sim.test/", "http://news-001.sim.test/x"]
