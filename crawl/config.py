@@ -20,6 +20,8 @@ from typing import Any, get_type_hints
 
 import yaml
 
+from crawl.scope import ScopeError, compile_allowed_hosts
+
 PRODUCT_TOKEN = "RecrawlBot"
 DEFAULT_USER_AGENT = f"{PRODUCT_TOKEN}/0.1 (+https://github.com/recrawl/recrawl/blob/main/README.md)"
 DEFAULT_TRACKING_PARAMS = (
@@ -27,7 +29,14 @@ DEFAULT_TRACKING_PARAMS = (
     "gclid", "dclid", "fbclid", "msclkid", "mc_cid", "mc_eid", "_ga", "yclid",
     "sessionid", "sid", "phpsessid", "jsessionid",
 )
+# Anchored with ^...$ so the pattern also works as a JSON-schema / pydantic ``pattern`` (searched);
+# in Python always match it whole (is_crawl_id): re's ``$`` also matches before a trailing newline.
 CRAWL_ID_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
+
+
+def is_crawl_id(value: object) -> bool:
+    """True for a valid crawl id: the whole string matches :data:`CRAWL_ID_RE` (no trailing newline)."""
+    return isinstance(value, str) and CRAWL_ID_RE.fullmatch(value) is not None
 
 
 class ConfigError(ValueError):
@@ -183,7 +192,7 @@ def _validate(cfg: CrawlConfig) -> None:
         raise ConfigError("oracle_rates_path: required when schedule_policy is oracle")
     if cfg.politeness_key not in {"host", "domain", "ip"}:
         raise ConfigError(f"politeness_key: must be host, domain or ip, got {cfg.politeness_key!r}")
-    if not CRAWL_ID_RE.match(cfg.crawl_id):
+    if not is_crawl_id(cfg.crawl_id):
         raise ConfigError(
             f"crawl_id: must match {CRAWL_ID_RE.pattern} (lowercase letters, digits, _ and -), "
             f"got {cfg.crawl_id!r}"
@@ -194,11 +203,10 @@ def _validate(cfg: CrawlConfig) -> None:
         raise ConfigError(f"robots_agent: must be a product token of letters, _ and -, got {cfg.robots_agent!r}")
     if not cfg.root:
         raise ConfigError("root: must not be empty")
-    if cfg.allowed_hosts:
-        try:
-            re.compile(cfg.allowed_hosts)
-        except re.error as exc:
-            raise ConfigError(f"allowed_hosts: not a valid regular expression: {exc}") from None
+    try:
+        compile_allowed_hosts(cfg.allowed_hosts)
+    except ScopeError as exc:
+        raise ConfigError(f"allowed_hosts: {exc}") from None
     for rule in cfg.resolve:
         if not _RESOLVE_RE.match(rule):
             raise ConfigError(f"resolve: expected 'PATTERN=IP:PORT', got {rule!r}")
@@ -252,6 +260,6 @@ def default_config_path() -> Path:
 
 
 __all__ = [
-    "CRAWL_ID_RE", "ConfigError", "CrawlConfig", "DEFAULT_USER_AGENT", "PRODUCT_TOKEN",
+    "CRAWL_ID_RE", "ConfigError", "is_crawl_id", "CrawlConfig", "DEFAULT_USER_AGENT", "PRODUCT_TOKEN",
     "default_config_path", "load_config",
 ]

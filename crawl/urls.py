@@ -60,6 +60,7 @@ import pyarrow as pa
 import xxhash
 
 from crawl.config import DEFAULT_TRACKING_PARAMS, CrawlConfig
+from crawl.scope import host_allowed, hosts_allowed
 
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 _C0_SPACE = "".join(chr(i) for i in range(0x21))
@@ -1520,15 +1521,10 @@ def has_query_explosion(query: str, max_params: int) -> bool:
     return sum(1 for p in query.split("&") if p) > max_params
 
 
-@lru_cache(maxsize=16)
-def _scope_re(pattern: str) -> re.Pattern[str] | None:
-    return re.compile(pattern) if pattern else None
-
-
 def is_out_of_scope(host: str, allowed_hosts: str) -> bool:
-    """``allowed_hosts`` is a regex searched in the host (anchor it yourself); empty = any host."""
-    rx = _scope_re(allowed_hosts)
-    return rx is not None and rx.search(host) is None
+    """``allowed_hosts`` is a regex searched in the host (anchor it yourself); empty = any host.
+    Matched by :mod:`crawl.scope` (RE2, linear time)."""
+    return not host_allowed(host, allowed_hosts)
 
 
 def filter_reason(url: str, depth: int, cfg: CrawlConfig) -> str | None:
@@ -1596,20 +1592,6 @@ def _split_url_bytes(off: np.ndarray, d: np.ndarray, rest: np.ndarray,
         h_hi = np.where(v6, np.where(close < a_hi, close + 1, h_lo), colon)
         host_lo, host_hi = rest + (h_lo - a_lo), rest + (h_hi - a_lo)
     return _UrlParts(host_lo, host_hi, path_lo, path_hi, query_lo, end), sl
-
-
-def _scope_ok(hosts: pa.Array, pattern: str) -> np.ndarray:
-    """``re.search(pattern, host)`` per host: RE2 over the column, Python ``re`` per distinct host when
-    the pattern uses syntax RE2 lacks (look-arounds, backreferences)."""
-    import pyarrow.compute as pc
-
-    try:
-        return pc.match_substring_regex(hosts, pattern).fill_null(False).to_numpy(zero_copy_only=False)
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-        enc = pc.dictionary_encode(hosts)
-        rx = _scope_re(pattern)
-        ok = np.array([rx.search(h) is not None for h in enc.dictionary.to_pylist()], bool)
-        return ok[enc.indices.to_numpy(zero_copy_only=False)] if len(ok) else np.zeros(len(hosts), bool)
 
 
 def _segment_keys(d: np.ndarray, lo: np.ndarray, hi: np.ndarray, row: np.ndarray) -> np.ndarray:
@@ -1773,7 +1755,7 @@ def _filter_block(arr: pa.Array, depths: np.ndarray, cfg: CrawlConfig) -> np.nda
             mask = np.zeros(n, bool)
             mask[non_ascii] = True
             low = pc.replace_with_mask(low, pa.array(mask), pa.array(fixed, pa.string()))
-        mark(~_scope_ok(low, cfg.allowed_hosts), OUT_OF_SCOPE)
+        mark(~hosts_allowed(low, cfg.allowed_hosts), OUT_OF_SCOPE)
     return code
 
 

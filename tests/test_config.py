@@ -36,12 +36,37 @@ def test_precedence_file_env_overrides(tmp_path, monkeypatch):
     ({"resolve": ["nonsense"]}, "resolve"),
     ({"politeness_key": "planet"}, "politeness_key"),
     ({"allowed_hosts": "(["}, "allowed_hosts"),
+    ({"allowed_hosts": r"^(?!other\.)"}, "allowed_hosts"),  # look-ahead: RE2 cannot run it
+    ({"allowed_hosts": r"(a)\1"}, "allowed_hosts"),  # backreference
+    ({"allowed_hosts": "a" * 1001}, "allowed_hosts"),
+    ({"crawl_id": "demo\n"}, "crawl_id"),  # matched whole: re's $ alone would accept the newline
     ({"no_such_key": 1}, "no_such_key"),
 ])
 def test_invalid_values_name_the_key(overrides, key):
     with pytest.raises(ConfigError) as err:
         load_config(overrides=overrides, use_env=False)
     assert str(err.value).startswith(key)
+
+
+def test_refused_scope_pattern_says_why():
+    with pytest.raises(ConfigError, match=r"allowed_hosts: .*RE2.*look-arounds"):
+        load_config(overrides={"allowed_hosts": r"^(?!other\.)"}, use_env=False)
+
+
+@pytest.mark.timeout(60)
+def test_pathological_scope_pattern_runs_in_linear_time():
+    """``^(a+)+$`` backtracks exponentially in Python's re (minutes for 30 a's and a dot); RE2 is linear.
+    Both the scalar and the column path answer; the generous timeout only catches a backtracking engine."""
+    import numpy as np
+    import pyarrow as pa
+
+    from crawl.scope import host_allowed, hosts_allowed
+
+    evil = "a" * 40 + ".example"
+    assert not host_allowed(evil, "^(a+)+$") and host_allowed("a" * 40, "^(a+)+$")
+    got = hosts_allowed(pa.array([evil, "a" * 5000, None, "b"]), "^(a+)+$")
+    assert got.tolist() == [False, True, False, False]
+    assert hosts_allowed(pa.array(["x"]), "").dtype == np.bool_
 
 
 def test_unknown_key_in_file(tmp_path):
