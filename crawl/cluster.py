@@ -1,5 +1,8 @@
 """The Dask client: an embedded LocalCluster by default, or a scheduler address from config.
 
+A run (DAG params, the crawl API) may only pick a scheduler the deployment allows
+(:func:`check_run_dask_address`); the CLI, run by the operator, takes any address.
+
 Workers only ever import ``crawl`` (never Airflow): the functions Dask runs live in ``crawl.tasks``
 and take the config and a partition number, reading everything else from the crawl root, so a
 task can run on any worker, twice, or after its worker died.
@@ -8,9 +11,42 @@ task can run on any worker, twice, or after its worker died.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+import os
+import re
+from collections.abc import Iterator, Mapping
 
-from crawl.config import CrawlConfig
+from crawl.config import ConfigError, CrawlConfig
+
+# Operator allowlist of scheduler addresses a run (trigger form, POST /crawl/crawls) may choose, besides
+# the deployment's CRAWL_DASK_ADDRESS; comma or space separated. Set on the deployment, never by a run.
+DASK_ALLOWLIST_ENV = "RECRAWL_DASK_ADDRESSES"
+
+
+def allowed_run_dask_addresses(environ: Mapping[str, str] | None = None) -> list[str]:
+    """The scheduler addresses a run may name: ``CRAWL_DASK_ADDRESS`` and the operator's allowlist."""
+    env = os.environ if environ is None else environ
+    listed = [a for a in re.split(r"[,\s]+", env.get(DASK_ALLOWLIST_ENV, "")) if a]
+    deployment = env.get("CRAWL_DASK_ADDRESS", "").strip()
+    return list(dict.fromkeys([deployment, *listed] if deployment else listed))
+
+
+def check_run_dask_address(value: str | None, environ: Mapping[str, str] | None = None) -> str | None:
+    """``value`` if a run may use it, None when not given ("" or None: the deployment's setting applies).
+
+    Why a run cannot name any scheduler: the fetch step connects to it as a Dask client and unpickles
+    its replies, so whoever may trigger a run could otherwise run code in the task's process. A value
+    not allowed raises :class:`ConfigError` naming the key and what is allowed.
+    """
+    if value is None or not value.strip():
+        return None
+    allowed = allowed_run_dask_addresses(environ)
+    if value.strip() in allowed:
+        return value.strip()
+    choices = ", ".join(repr(a) for a in allowed) or "none (leave it empty for the deployment's cluster)"
+    raise ConfigError(
+        f"dask_address: {value!r} is not allowed for a run; allowed: {choices} "
+        f"(the operator sets CRAWL_DASK_ADDRESS or {DASK_ALLOWLIST_ENV} on the deployment)"
+    )
 
 
 @contextlib.contextmanager

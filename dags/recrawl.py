@@ -22,7 +22,9 @@ cheap single-process work (DuckDB/Arrow) and run in the task itself.
 
 Configuration. Precedence is the engine's: defaults < ``CRAWL_*`` env < the run's params. Params left
 empty (null / "") mean "not given", so ``CRAWL_DASK_ADDRESS`` or ``CRAWL_ALLOWED_HOSTS`` set on the
-deployment still apply. The crawl root is ``CRAWL_ROOT``, default ``$AIRFLOW_HOME/crawldata``.
+deployment still apply. A run's ``dask_address`` must be ``CRAWL_DASK_ADDRESS`` or in the operator's
+allowlist ``RECRAWL_DASK_ADDRESSES`` (``crawl.cluster.check_run_dask_address``); any other value fails
+the run at once. The crawl root is ``CRAWL_ROOT``, default ``$AIRFLOW_HOME/crawldata``.
 
 Schedule. ``RECRAWL_SCHEDULE`` (cron or preset, default ``@hourly``; ``none`` = manual runs only).
 A scheduled run has no conf: it runs a round of the default crawl (``RECRAWL_CRAWL_ID``, default
@@ -107,6 +109,10 @@ def config_overrides(params: dict[str, Any]) -> dict[str, Any]:
         if value is None or value == "":
             continue
         overrides[key] = value
+    if "dask_address" in overrides:  # only a scheduler the deployment allows (ConfigError otherwise)
+        from crawl.cluster import check_run_dask_address
+
+        overrides["dask_address"] = check_run_dask_address(overrides["dask_address"])
     return overrides
 
 
@@ -191,7 +197,8 @@ def run_step_subprocess(step: str, cfg: Any, round_no: int, now: datetime) -> di
         "allowed_hosts": Param("", type="string", title="Allowed hosts",
                                description="regular expression on the host; empty = config default (any host)"),
         "dask_address": Param("", type="string", title="Dask scheduler address",
-                              description="e.g. tcp://host:8786; empty = CRAWL_DASK_ADDRESS or an embedded LocalCluster"),
+                              description="empty = CRAWL_DASK_ADDRESS or an embedded LocalCluster; otherwise one "
+                                          "of the addresses the operator allows (RECRAWL_DASK_ADDRESSES)"),
     },
 )
 def recrawl() -> None:

@@ -133,6 +133,27 @@ def test_config_overrides_treat_empty_as_not_given(module, monkeypatch: pytest.M
     assert module.crawl_root() == str(tmp_path / "home" / "crawldata")
 
 
+def test_run_dask_address_only_from_the_deployment(module, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A run may not point the fetch step at a scheduler of its choosing (the client unpickles its replies)."""
+    from crawl.config import ConfigError
+
+    monkeypatch.setenv("CRAWL_ROOT", str(tmp_path))
+    monkeypatch.setenv("CRAWL_DASK_ADDRESS", "tcp://dask-scheduler:8786")
+    monkeypatch.delenv("RECRAWL_DASK_ADDRESSES", raising=False)
+    with pytest.raises(ConfigError, match=r"^dask_address: 'tcp://evil\.example:8786' is not allowed for a run; "
+                                          r"allowed: 'tcp://dask-scheduler:8786'"):
+        module.config_overrides({"dask_address": "tcp://evil.example:8786"})
+    assert module.config_overrides({"dask_address": "tcp://dask-scheduler:8786"})["dask_address"] == \
+        "tcp://dask-scheduler:8786"
+    assert "dask_address" not in module.config_overrides({"dask_address": ""})  # not given: the env applies
+    monkeypatch.setenv("RECRAWL_DASK_ADDRESSES", "tcp://big:8786, tcp://small:8786")
+    assert module.config_overrides({"dask_address": "tcp://small:8786"})["dask_address"] == "tcp://small:8786"
+    monkeypatch.delenv("CRAWL_DASK_ADDRESS")
+    monkeypatch.delenv("RECRAWL_DASK_ADDRESSES")
+    with pytest.raises(ConfigError, match="allowed: none"):  # no deployment cluster: only the embedded one
+        module.config_overrides({"dask_address": "tcp://small:8786"})
+
+
 def test_round_time_is_interval_end_else_run_after(module) -> None:
     end = datetime(2026, 3, 1, 12, tzinfo=UTC)
     after = datetime(2026, 3, 2, 8, 30, tzinfo=UTC)
@@ -237,3 +258,24 @@ def test_bad_seeds_fail_inject_and_write_nothing(run_dag, dag_env: Path) -> None
     states = {ti.task_id: ti.state for ti in run.get_task_instances()}
     assert states["inject"] == "failed" and states["generate"] in ("upstream_failed", None)
     assert not list(dag_env.glob("*/crawl=badseeds*")), "a failed inject must write nothing"
+
+
+def test_a_run_naming_its_own_dask_scheduler_fails_without_contacting_it(run_dag, dag_env: Path, site) -> None:
+    """A canary listener stands in for the run's scheduler: the run fails at inject and nobody connects."""
+    import socket
+
+    canary = socket.socket()
+    canary.bind(("127.0.0.1", 0))
+    canary.listen()
+    canary.setblocking(False)
+    try:
+        run = run_dag.test(run_conf={"crawl_id": "owndask", "seeds": site.seed_urls(1),
+                                     "dask_address": f"tcp://127.0.0.1:{canary.getsockname()[1]}"})
+        assert run.state == "failed"
+        states = {ti.task_id: ti.state for ti in run.get_task_instances()}
+        assert states["inject"] == "failed" and states["fetch_parse"] in ("upstream_failed", None)
+        with pytest.raises(BlockingIOError):
+            canary.accept()
+    finally:
+        canary.close()
+    assert not list(dag_env.glob("*/crawl=owndask*")), "a refused run must write nothing"
