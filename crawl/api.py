@@ -45,10 +45,13 @@ def crawl_summary(root: str, crawl_id: str) -> dict[str, Any] | None:
 
 
 def lookup(root: str, crawl_id: str, url: str) -> dict[str, Any] | None:
-    """The latest capture of ``url`` (canonicalised) in the page index; None when never captured."""
+    """The latest capture of ``url`` (canonicalised) in the page index; None when never captured,
+    also in a crawl that has not published a round yet (its page index is not visible until then)."""
     canon = canonicalize(url)
     if canon is None:
         raise ValueError(f"not an http(s) URL: {url!r}")
+    if Store(root, crawl_id).current_round() == 0:
+        return None
     con = query.connect(root, crawl_id)
     rel = con.execute("""
         SELECT url, url_surtkey, fetch_time, fetch_status, crawl_status, content_digest, content_mime_type,

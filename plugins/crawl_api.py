@@ -1,13 +1,18 @@
 """Crawl API: a FastAPI app mounted on the Airflow API server at ``/crawl``.
 
-Endpoints (every one needs an Airflow login: ``Authorization: Bearer <token>`` or the UI's cookie):
+Endpoints (every one needs an Airflow login: ``Authorization: Bearer <token>`` or the UI's cookie,
+and a permission on the ``recrawl`` DAG from Airflow's auth manager, see plugins/crawl_auth.py: reads
+need read access to the DAG, starting a crawl needs the right to trigger it; the OpenAPI pages
+``/crawl/docs``, ``/crawl/redoc`` and ``/crawl/openapi.json`` need a login):
 
 * ``POST /crawl/crawls``            start a crawl: seeds are checked by the engine, then the ``recrawl``
                                     DAG is triggered with them; answers the crawl id and DAG run id.
 * ``GET  /crawl/crawls``            the crawl ids under the crawl root.
 * ``GET  /crawl/crawls/{crawl_id}`` counts (known, fetched, queued, failed, gone, duplicates), last round.
 * ``GET  /crawl/pages?url=&crawl_id=[&body=1]``  the latest capture of a URL (canonicalised by the
-                                    engine); ``body=1`` streams the stored payload.
+                                    engine); ``body=1`` streams the stored payload as a download
+                                    (never rendered on the Airflow origin: a crawled page's script
+                                    would run as the logged-in user).
 * ``GET  /crawl/summary``           an HTML page of all crawls (linked in the UI's nav).
 
 How a run is triggered. The plugin calls the public REST API of the same server,
@@ -35,13 +40,14 @@ from typing import Annotated, Any
 
 from airflow.api_fastapi.core_api.security import GetUserDep
 from airflow.plugins_manager import AirflowPlugin
+from crawl_auth import CAN_READ, CAN_TRIGGER, DAG_ID, LOGGED_IN
 from fastapi import FastAPI, HTTPException, Query, Request
+from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
 from fastapi.responses import HTMLResponse, StreamingResponse
 from pydantic import BaseModel, Field
 
-from crawl.config import CRAWL_ID_RE
+from crawl.config import CRAWL_ID_RE, is_crawl_id
 
-DAG_ID = "recrawl"
 CrawlId = Annotated[str, Field(pattern=CRAWL_ID_RE.pattern)]
 BODY_CHUNK = 64 * 1024
 
@@ -69,7 +75,30 @@ class CrawlRequest(BaseModel):
     dask_address: str | None = None
 
 
-app = FastAPI(title="Crawl API", description=__doc__)
+# FastAPI's own /docs, /redoc and /openapi.json answer anyone; the routes below serve them behind a login.
+app = FastAPI(title="Crawl API", description=__doc__, docs_url=None, redoc_url=None, openapi_url=None)
+
+
+def _mounted_at(request: Request) -> str:
+    return str(request.scope.get("root_path") or "").rstrip("/")
+
+
+@app.get("/openapi.json", include_in_schema=False, dependencies=[LOGGED_IN])
+def openapi_schema(request: Request) -> dict[str, Any]:
+    schema = dict(app.openapi())
+    if _mounted_at(request):  # as FastAPI's own route does for a mounted app
+        schema["servers"] = [{"url": _mounted_at(request)}]
+    return schema
+
+
+@app.get("/docs", include_in_schema=False, dependencies=[LOGGED_IN])
+def swagger_ui(request: Request) -> HTMLResponse:
+    return get_swagger_ui_html(openapi_url=_mounted_at(request) + "/openapi.json", title=f"{app.title} - docs")
+
+
+@app.get("/redoc", include_in_schema=False, dependencies=[LOGGED_IN])
+def redoc(request: Request) -> HTMLResponse:
+    return get_redoc_html(openapi_url=_mounted_at(request) + "/openapi.json", title=f"{app.title} - ReDoc")
 
 
 def _caller_token(request: Request) -> str:
@@ -111,9 +140,12 @@ def _airflow_call(request: Request, method: str, path: str, body: Any = None) ->
         raise HTTPException(502, f"Airflow API at {_api_base(request)} not reachable: {exc}") from exc
 
 
-@app.post("/crawls", status_code=201)
+@app.post("/crawls", status_code=201, dependencies=[CAN_TRIGGER])
 def start_crawl(req: CrawlRequest, request: Request, user: GetUserDep) -> dict[str, Any]:
-    """Validate the seeds with the engine, then trigger one ``recrawl`` run with them."""
+    """Validate the seeds with the engine, then trigger one ``recrawl`` run with them.
+
+    Permission (trigger the DAG) is checked before the body is validated or any config is loaded."""
+    from crawl.cluster import check_run_dask_address
     from crawl.config import ConfigError, load_config
     from crawl.errors import SeedError
     from crawl.round import validate_seeds
@@ -123,6 +155,7 @@ def start_crawl(req: CrawlRequest, request: Request, user: GetUserDep) -> dict[s
     if "max_pages_per_host" in conf:
         overrides["max_pages_per_host_per_round"] = conf["max_pages_per_host"]
     try:
+        overrides["dask_address"] = check_run_dask_address(conf.get("dask_address"))
         cfg = load_config(overrides={**overrides, "root": crawl_root()})
         seeds = validate_seeds(req.seeds, cfg)
     except SeedError as exc:
@@ -147,32 +180,52 @@ def start_crawl(req: CrawlRequest, request: Request, user: GetUserDep) -> dict[s
     }
 
 
-@app.get("/crawls")
-def list_crawls(user: GetUserDep) -> dict[str, Any]:
+@app.get("/crawls", dependencies=[CAN_READ])
+def list_crawls() -> dict[str, Any]:
     from crawl import api
 
     return {"crawls": api.list_crawls(crawl_root())}
 
 
+def _check_crawl_id(crawl_id: str) -> None:
+    if not is_crawl_id(crawl_id):
+        raise HTTPException(400, f"crawl_id must match {CRAWL_ID_RE.pattern} (the whole value), got {crawl_id!r}")
+
+
 def _summary_or_404(crawl_id: str) -> dict[str, Any]:
+    """The crawl's summary; 404 naming the reason for an unknown crawl or one with no published round."""
     from crawl import api
 
     summary = api.crawl_summary(crawl_root(), crawl_id)
     if summary is None:
         raise HTTPException(404, f"unknown crawl {crawl_id!r}")
+    if not summary.get("last_round"):
+        raise HTTPException(404, f"crawl {crawl_id!r} has not published a round yet: "
+                                 "its first round is still running (or failed); try again when it has finished")
     return summary
 
 
-@app.get("/crawls/{crawl_id}")
-def get_crawl(crawl_id: str, user: GetUserDep) -> dict[str, Any]:
-    if not CRAWL_ID_RE.match(crawl_id):
-        raise HTTPException(400, f"crawl_id must match {CRAWL_ID_RE.pattern}")
+@app.get("/crawls/{crawl_id}", dependencies=[CAN_READ])
+def get_crawl(crawl_id: str) -> dict[str, Any]:
+    _check_crawl_id(crawl_id)
     return {"crawl_id": crawl_id, **_summary_or_404(crawl_id)}
 
 
-@app.get("/pages", response_model=None)
+def _download_headers(capture: dict[str, Any]) -> dict[str, str]:
+    """Headers that keep a stored body from being rendered on the Airflow origin (stored XSS): a
+    download (``attachment``), no type sniffing, and a sandbox (no script, own origin) should a
+    browser show it anyway."""
+    digest = "".join(c for c in str(capture.get("content_digest") or "") if c.isalnum())[:64] or "body"
+    return {
+        "Content-Disposition": f'attachment; filename="{capture["crawl_id"]}-{digest}.bin"',
+        "X-Content-Type-Options": "nosniff",
+        "Content-Security-Policy": "sandbox",
+        "Cache-Control": "private, no-store",
+    }
+
+
+@app.get("/pages", response_model=None, dependencies=[CAN_READ])
 def get_page(
-    user: GetUserDep,
     url: Annotated[str, Query(min_length=1, max_length=8192)],
     crawl_id: Annotated[str | None, Query()] = None,
     body: Annotated[bool, Query()] = False,
@@ -184,11 +237,10 @@ def get_page(
         raise HTTPException(400, "url must be an absolute http(s) URL")
     root = crawl_root()
     if crawl_id is not None:
-        if not CRAWL_ID_RE.match(crawl_id):
-            raise HTTPException(400, f"crawl_id must match {CRAWL_ID_RE.pattern}")
+        _check_crawl_id(crawl_id)
         _summary_or_404(crawl_id)
         crawl_ids = [crawl_id]
-    else:
+    else:  # a crawl that has not published yet has nothing to find (api.lookup answers None)
         crawl_ids = api.list_crawls(root)
     found = []
     for cid in crawl_ids:
@@ -212,11 +264,12 @@ def get_page(
         "X-Crawl-Id": capture["crawl_id"],
         "X-Capture-Url": str(capture.get("url", "")),
         "X-Content-Digest": str(capture.get("content_digest") or ""),
+        **_download_headers(capture),
     })
 
 
-@app.get("/summary", response_class=HTMLResponse)
-def summary_page(user: GetUserDep) -> str:
+@app.get("/summary", response_class=HTMLResponse, dependencies=[CAN_READ])
+def summary_page() -> str:
     """A plain HTML table of all crawls, shown in the Airflow UI as an external view."""
     from crawl import api
 

@@ -25,6 +25,10 @@ REPO = Path(__file__).resolve().parent.parent
 VENV_BIN = Path(sys.executable).parent
 TEST_USER = "crawltester"
 TEST_PASSWORD = "crawl-test-pw"
+# a read-only user (simple auth manager role VIEWER): may read DAGs and the crawl API, not trigger runs
+VIEWER_USER = "crawlviewer"
+VIEWER_PASSWORD = "crawl-viewer-pw"
+PASSWORDS = {TEST_USER: TEST_PASSWORD, VIEWER_USER: VIEWER_PASSWORD}
 
 _HOME: Path | None = None
 
@@ -42,7 +46,7 @@ def airflow_env(home: Path) -> dict[str, str]:
         "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home}/airflow.db",
         "AIRFLOW__LOGGING__BASE_LOG_FOLDER": str(home / "logs"),
         "RECRAWL_SCHEDULE": "none",
-        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{TEST_USER}:admin",
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{TEST_USER}:admin,{VIEWER_USER}:viewer",
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(home / "test_passwords.json"),
         "AIRFLOW__API_AUTH__JWT_SECRET": "recrawl-test-secret-" + "0123456789abcdef" * 4,
         # the DAG, the plugin and `python -m crawl` import the engine from the checkout
@@ -57,7 +61,7 @@ def configure_env() -> Path:
         if "airflow" in sys.modules:
             raise RuntimeError("airflow was imported before configure_env(); its settings are already fixed")
         _HOME = Path(tempfile.mkdtemp(prefix="airflow-test-"))
-        (_HOME / "test_passwords.json").write_text(json.dumps({TEST_USER: TEST_PASSWORD}))
+        (_HOME / "test_passwords.json").write_text(json.dumps(PASSWORDS))
         os.environ.update(airflow_env(_HOME))
         if str(REPO) not in sys.path:
             sys.path.insert(0, str(REPO))
@@ -172,7 +176,7 @@ def start_standalone(home: Path, extra_env: dict[str, str] | None = None, ready_
     """
     home.mkdir(parents=True, exist_ok=True)
     port = free_port()
-    (home / "test_passwords.json").write_text(json.dumps({TEST_USER: TEST_PASSWORD}))
+    (home / "test_passwords.json").write_text(json.dumps(PASSWORDS))
     env = {
         **os.environ,
         **airflow_env(home),

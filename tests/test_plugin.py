@@ -10,11 +10,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from airflow_harness import REPO, TEST_USER, LoopbackSite, configure_env
+from airflow_harness import REPO, TEST_USER, VIEWER_PASSWORD, VIEWER_USER, LoopbackSite, configure_env
 
 configure_env()  # before anything imports airflow
 
 CRAWL = "plugtest"
+PENDING = "pending"  # seeds injected, no round published yet
 
 
 @pytest.fixture(scope="module")
@@ -32,6 +33,12 @@ def root(tmp_path_factory, site) -> Path:
         [sys.executable, "-m", "crawl", "round", "--root", str(root), "--crawl-id", CRAWL,
          "--resolve", site.resolve_rule, "--delay", "0", "--seeds", *site.seed_urls(2)],
         cwd=str(REPO), capture_output=True, text=True, timeout=300, check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    proc = subprocess.run(
+        [sys.executable, "-m", "crawl", "inject", "--root", str(root), "--crawl-id", PENDING,
+         "--seeds", *site.seed_urls(2)],
+        cwd=str(REPO), capture_output=True, text=True, timeout=120, check=False,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     return root
@@ -59,6 +66,16 @@ def token(server) -> str:
     return server.token()
 
 
+@pytest.fixture(scope="module")
+def viewer(server) -> str:
+    """A token of the read-only user (simple auth manager role VIEWER)."""
+    return server.token(VIEWER_USER, VIEWER_PASSWORD)
+
+
+def _headers(resp: tuple[int, bytes, dict]) -> dict[str, str]:
+    return {k.lower(): v for k, v in resp[2].items()}
+
+
 def _json(resp: tuple[int, bytes, dict]) -> object:
     return json.loads(resp[1])
 
@@ -76,6 +93,9 @@ def _duck(sql: str) -> list[tuple]:
     ("GET", "/crawl/pages?url=http://www.alpha.test/", None),
     ("GET", "/crawl/pages?url=http://www.alpha.test/&body=1", None),
     ("GET", "/crawl/summary", None),
+    ("GET", "/crawl/docs", None),
+    ("GET", "/crawl/redoc", None),
+    ("GET", "/crawl/openapi.json", None),
 ])
 def test_every_endpoint_needs_a_login(server, method: str, path: str, body) -> None:
     status, _, _ = server.request(method, path, body)
@@ -95,7 +115,7 @@ def test_crawl_summary_matches_duckdb(server, token: str, root: Path) -> None:
     assert summary["crawl_id"] == CRAWL and summary["last_round"] == 1
     assert (summary["known"], summary["fetched"]) == (known, fetched)
     assert fetched == 2 and known > 2
-    assert _json(server.request("GET", "/crawl/crawls", token=token)) == {"crawls": [CRAWL]}
+    assert _json(server.request("GET", "/crawl/crawls", token=token)) == {"crawls": sorted([CRAWL, PENDING])}
 
 
 def test_unknown_or_bad_crawl_ids(server, token: str) -> None:
@@ -132,6 +152,18 @@ def test_page_body_streams_the_stored_payload(server, token: str, site) -> None:
     assert {k.lower(): v for k, v in headers.items()}["x-crawl-id"] == CRAWL
 
 
+def test_page_body_is_a_download_never_rendered(server, token: str, site) -> None:
+    """A crawled text/html body on the Airflow origin would run its script as the logged-in user."""
+    seed = site.seed_urls(1)[0]
+    resp = server.request("GET", f"/crawl/pages?url={seed}&crawl_id={CRAWL}&body=1", token=token)
+    headers = _headers(resp)
+    assert resp[0] == 200 and headers["content-type"].startswith("text/html")  # the site's type, as stored
+    assert headers["content-disposition"].startswith("attachment;")
+    assert headers["content-disposition"].endswith('.bin"') and f'filename="{CRAWL}-' in headers["content-disposition"]
+    assert headers["x-content-type-options"] == "nosniff"
+    assert headers["content-security-policy"] == "sandbox"
+
+
 def test_page_errors(server, token: str) -> None:
     status, raw, _ = server.request("GET", f"/crawl/pages?url=http://www.alpha.test/never-seen&crawl_id={CRAWL}",
                                     token=token)
@@ -154,6 +186,100 @@ def test_start_crawl_refuses_bad_input(server, token: str) -> None:
     status, raw, _ = server.request("POST", "/crawl/crawls", {
         "crawl_id": "ok", "seeds": ["http://ok.example/"], "allowed_hosts": "("}, token=token)
     assert status == 400 and b"allowed_hosts" in raw
+
+
+def test_docs_need_a_login_and_serve_the_schema(server, token: str, viewer: str) -> None:
+    for tok in (token, viewer):  # a login is enough, whatever the role
+        status, raw, _ = server.request("GET", "/crawl/openapi.json", token=tok)
+        assert status == 200, raw
+        schema = json.loads(raw)
+        assert {"/crawls", "/crawls/{crawl_id}", "/pages"} <= set(schema["paths"])
+        assert schema["servers"] == [{"url": "/crawl"}]
+    for page in ("/crawl/docs", "/crawl/redoc"):
+        status, raw, headers = server.request("GET", page, token=token)
+        assert status == 200 and b"/crawl/openapi.json" in raw, page
+
+
+def test_viewer_reads_but_cannot_start_a_crawl(server, viewer: str) -> None:
+    assert _json(server.request("GET", "/crawl/crawls", token=viewer)) == {"crawls": sorted([CRAWL, PENDING])}
+    assert server.request("GET", f"/crawl/crawls/{CRAWL}", token=viewer)[0] == 200
+    assert server.request("GET", "/crawl/pages?url=http://www.alpha.test/&body=1", token=viewer)[0] == 200
+    assert server.request("GET", "/crawl/summary", token=viewer)[0] == 200
+    runs_before = _json(server.request("GET", "/api/v2/dags/recrawl/dagRuns", token=viewer))["total_entries"]
+    status, raw, _ = server.request("POST", "/crawl/crawls", {"crawl_id": "viewer-try", "seeds": ["http://www.alpha.test/"]},
+                                    token=viewer)
+    assert status == 403, raw
+    # Permission comes first: no validation (body, seeds, the allowed_hosts pattern) for a caller who may not.
+    for body in ({"crawl_id": "Bad Id", "seeds": []},
+                 {"crawl_id": "x", "seeds": ["ftp://nope/"], "allowed_hosts": "^(a+)+$"},
+                 {"crawl_id": "x", "seeds": ["http://ok.example/"], "allowed_hosts": "("}):
+        assert server.request("POST", "/crawl/crawls", body, token=viewer)[0] == 403, body
+    assert _json(server.request("GET", "/api/v2/dags/recrawl/dagRuns", token=viewer))["total_entries"] == runs_before
+
+
+@pytest.mark.timeout(120)  # generous: only a backtracking engine (minutes to hours on this pattern) trips it
+def test_pathological_allowed_hosts_answers_at_once(server, token: str) -> None:
+    """``^(a+)+$`` against a 40-a host: exponential in Python's re, linear in RE2."""
+    seed = "http://" + "a" * 40 + ".example/"
+    status, raw, _ = server.request("POST", "/crawl/crawls", {
+        "crawl_id": "evil-scope", "seeds": [seed], "allowed_hosts": "^(a+)+$"}, token=token, timeout=100)
+    assert status == 400, raw
+    assert json.loads(raw)["detail"]["bad_seeds"] == [{"seed": seed, "reason": "refused by URL filter: out_of_scope"}]
+    status, raw, _ = server.request("POST", "/crawl/crawls", {
+        "crawl_id": "evil-scope", "seeds": [seed], "allowed_hosts": "^(?!x)(a|aa)+\\1$"}, token=token)
+    assert status == 400 and b"allowed_hosts" in raw and b"RE2" in raw, raw
+
+
+def test_crawl_id_is_matched_whole(server, token: str) -> None:
+    """``$`` in Python's re also matches before a trailing newline; the id must match whole."""
+    # In the path, Starlette's mount already refuses it (404: never routed to the crawl API).
+    status, raw, _ = server.request("GET", f"/crawl/crawls/{CRAWL}%0A", token=token)
+    assert status in (400, 404) and b"last_round" not in raw, raw
+    assert server.request("GET", f"/crawl/pages?url=http://www.alpha.test/&crawl_id={CRAWL}%0A", token=token)[0] == 400
+    status, raw, _ = server.request("POST", "/crawl/crawls", {"crawl_id": "fresh\n", "seeds": ["http://www.alpha.test/"]},
+                                    token=token)
+    assert status == 422 and b"crawl_id" in raw, raw
+
+
+def test_lookups_before_the_first_publish_answer_404(server, token: str, site) -> None:
+    status, raw, _ = server.request("GET", f"/crawl/crawls/{PENDING}", token=token)
+    assert status == 404 and b"has not published a round yet" in raw, raw
+    seed = site.seed_urls(1)[0]
+    status, raw, _ = server.request("GET", f"/crawl/pages?url={seed}&crawl_id={PENDING}", token=token)
+    assert status == 404 and b"has not published a round yet" in raw, raw
+    # Searching all crawls while one has not published: the published crawl answers, not a 500.
+    status, raw, _ = server.request("GET", f"/crawl/pages?url={seed}", token=token)
+    assert status == 200 and json.loads(raw)["crawl_id"] == CRAWL, raw
+    status, raw, _ = server.request("GET", "/crawl/pages?url=http://www.alpha.test/never-seen", token=token)
+    assert status == 404 and b"unknown URL" in raw, raw
+
+
+def test_a_run_cannot_name_its_own_dask_scheduler(server, token: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fetch step unpickles what the scheduler sends: only the deployment's addresses are allowed."""
+    import socket
+
+    canary = socket.socket()
+    canary.bind(("127.0.0.1", 0))
+    canary.listen()
+    canary.setblocking(False)
+    address = f"tcp://127.0.0.1:{canary.getsockname()[1]}"
+    body = {"crawl_id": "own-dask", "seeds": ["http://www.alpha.test/"], "dask_address": address}
+    try:
+        monkeypatch.delenv("RECRAWL_DASK_ADDRESSES", raising=False)
+        monkeypatch.setenv("CRAWL_DASK_ADDRESS", "tcp://127.0.0.1:1")
+        status, raw, _ = server.request("POST", "/crawl/crawls", body, token=token)
+        assert status == 400 and b"dask_address" in raw and b"not allowed" in raw, raw
+        with pytest.raises(BlockingIOError):
+            canary.accept()  # nobody connected to the address the run named
+        # On the operator's allowlist it is accepted and reaches the run's conf.
+        monkeypatch.setenv("RECRAWL_DASK_ADDRESSES", f"tcp://127.0.0.1:2, {address}")
+        status, raw, _ = server.request("POST", "/crawl/crawls", body, token=token)
+        assert status == 201, raw
+        run_id = json.loads(raw)["dag_run_id"]
+        run = _json(server.request("GET", f"/api/v2/dags/recrawl/dagRuns/{run_id}", token=token))
+        assert run["conf"]["dask_address"] == address
+    finally:
+        canary.close()
 
 
 def test_start_crawl_triggers_the_dag_as_the_caller(server, token: str) -> None:
