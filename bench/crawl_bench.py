@@ -38,7 +38,7 @@ from crawl.records import FETCHLIST_SCHEMA  # noqa: E402
 from crawl.simweb.launch import launch  # noqa: E402
 from crawl.simweb.model import SimParams, build  # noqa: E402
 from crawl.simweb.truth import truth_table  # noqa: E402
-from crawl.urls import url_hash  # noqa: E402
+from crawl.url import url_hash  # noqa: E402
 
 
 async def plain_loop(port: int, urls: list[str], extract: bool, concurrency: int = 64) -> float:

@@ -43,7 +43,7 @@ import pyarrow.compute as pc
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from crawl import urls as U  # noqa: E402
+from crawl import url as U  # noqa: E402
 from crawl.config import CrawlConfig  # noqa: E402
 from crawl.fetch import fetch_partition  # noqa: E402
 from crawl.net import GuardedResolver  # noqa: E402

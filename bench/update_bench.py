@@ -28,7 +28,7 @@ from crawl import update as upd
 from crawl.config import load_config
 from crawl.records import LINK_SCHEMA
 from crawl.store import Store
-from crawl.urls import url_hashes
+from crawl.url import url_hashes
 
 
 def _urls(ids: np.ndarray, hosts: int) -> pa.Array:

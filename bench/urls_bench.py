@@ -29,7 +29,7 @@ import pyarrow as pa
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from crawl.config import CrawlConfig  # noqa: E402
-from crawl.urls import (  # noqa: E402
+from crawl.url import (  # noqa: E402
     _DEFAULT_TRACKING,
     _canonicalize,
     _simple_mask,
@@ -55,7 +55,7 @@ def make_links(n: int, seed: int = 1) -> list[str]:
     (parse resolves each distinct href of a page once, so nav links repeat), plus 5 % raw absolute URLs
     that never went through resolution (sitemaps, seeds, redirects) with mixed-case hosts, default
     ports and dot segments."""
-    from crawl.urls import resolve
+    from crawl.url import resolve
 
     rng = random.Random(seed)
     hosts = [f"{rng.choice(['www.', '', 'blog.', 'shop.'])}site{i}.{rng.choice(['com', 'org', 'de', 'co.uk'])}"

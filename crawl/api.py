@@ -6,7 +6,7 @@ from typing import Any
 
 from crawl import query
 from crawl.store import Store
-from crawl.urls import canonicalize
+from crawl.url import canonicalize
 from crawl.warc import read_record
 
 

@@ -49,7 +49,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from crawl import records as R
-from crawl import urls as U
+from crawl import url as U
 from crawl.config import CrawlConfig
 from crawl.fingerprint import payload_digest
 from crawl.net import GuardedResolver, PrivateAddressError, classify_error, guarded_connector

@@ -15,7 +15,7 @@ import pyarrow.compute as pc
 
 from crawl.config import CrawlConfig
 from crawl.store import Store
-from crawl.urls import registered_domain, surts
+from crawl.url import registered_domain, surts
 
 INDEX_SCHEMA = pa.schema([
     ("url_surtkey", pa.string()),

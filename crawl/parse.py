@@ -19,8 +19,8 @@ HTML policy:
   ``latin1`` and ``us-ascii`` labels decode as windows-1252, as browsers do (WHATWG Encoding).
 * links: ``a[href]``, ``area[href]``, ``link[rel~=alternate][href]``, ``frame[src]``, ``iframe[src]``
   and ``<meta http-equiv=refresh content="N; url=…">`` (kind ``redirect``), resolved against
-  ``<base href>`` (itself resolved against the page URL) with :func:`crawl.urls.resolve_many`, which
-  gives :func:`crawl.urls.resolve`'s answers for a whole partition at once (``_resolve_pages``); only
+  ``<base href>`` (itself resolved against the page URL) with :func:`crawl.url.resolve_many`, which
+  gives :func:`crawl.url.resolve`'s answers for a whole partition at once (``_resolve_pages``); only
   http(s) results are kept, so ``mailto:``, ``javascript:``, ``data:``, ``tel:`` are dropped, as are
   empty and fragment-only hrefs (links to the page itself). A URL that appears twice on a page is
   kept once (first kind; ``nofollow`` only if every occurrence was nofollow).
@@ -50,7 +50,7 @@ from selectolax.lexbor import LexborHTMLParser
 from crawl.config import PRODUCT_TOKEN
 from crawl.fingerprint import fingerprints
 from crawl.records import FETCHED, LINK_SCHEMA, PAGE_SCHEMA, REDIRECT
-from crawl.urls import resolve_many
+from crawl.url import resolve_many
 from crawl.warc import iter_records
 
 log = logging.getLogger(__name__)
@@ -268,7 +268,7 @@ def _clean_href(raw: str | None) -> str | None:
 @dataclass
 class _RawLinks:
     """One HTML page's links before resolution: parse_partition resolves a whole partition in one
-    :func:`crawl.urls.resolve_many` call instead of one :func:`crawl.urls.resolve` call per href."""
+    :func:`crawl.url.resolve_many` call instead of one :func:`crawl.url.resolve` call per href."""
 
     base_href: str | None = None  # <base href>, stripped, resolved against the page URL
     hrefs: list[str] = field(default_factory=list)  # cleaned, document order, meta refresh last
@@ -538,7 +538,7 @@ def parse_partition(root: str, fetch_table: pa.Table, max_outlinks: int) -> tupl
     Bodies are read back from the WARC files: each file once, sequentially, taking the records whose
     offsets the fetch rows point at (a partition's responses are most of its file, so one pass beats
     one range request per row). HTML links of the whole partition are resolved in one
-    :func:`crawl.urls.resolve_many` call after the pass (``_resolve_pages``). Redirect rows add a
+    :func:`crawl.url.resolve_many` call after the pass (``_resolve_pages``). Redirect rows add a
     ``redirect`` link from URL to target.
     """
     status = fetch_table.column("status")

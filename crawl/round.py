@@ -25,7 +25,7 @@ from crawl.errors import SeedError
 from crawl.robots import crawl_delay, decode_robots
 from crawl.store import Store
 from crawl.tasks import fetch_task, load_robots_cache, parse_task
-from crawl.urls import canonicalize, filter_reason, host_of, resolve, url_hash
+from crawl.url import InvalidURL, canonicalize, filter_reason, host_of, parse_url, url_hash
 
 SEED_PRIORITY = 1_000.0
 Progress = Callable[[str], None]
@@ -64,9 +64,13 @@ def validate_seeds(seeds: Sequence[str], cfg: CrawlConfig | None = None) -> list
         if len(s) > max_len:
             bad.append((seed, f"longer than {max_len} characters"))
             continue
-        absolute = resolve(s, None)
-        canon = canonicalize(absolute) if absolute else None
-        if canon is None or not host_of(canon):
+        try:
+            parse_url(s)
+        except InvalidURL as e:
+            bad.append((seed, f"not a parseable URL with a host: {e}"))
+            continue
+        canon = canonicalize(s)
+        if canon is None:
             bad.append((seed, "not a parseable URL with a host"))
             continue
         if cfg is not None and (reason := filter_reason(canon, 0, cfg)) is not None:

@@ -144,7 +144,7 @@ def sitemap_rows(db: pa.Table, entries: pa.Table, url_hashes: np.ndarray, round_
     """(``db`` with sitemap_lastmod/changefreq set from ``entries``, new CrawlDb rows for unknown URLs).
 
     ``entries`` has canonical ``loc`` values and ``url_hashes`` their hashes (the caller canonicalises
-    with crawl.urls); the newest entry per URL wins. Lastmod dates within a few minutes of the
+    with crawl.url); the newest entry per URL wins. Lastmod dates within a few minutes of the
     sitemap's fetch time are kept as they are: :func:`crawl.changerate.trusted_lastmod` judges hosts.
     """
     con = duckdb.connect()

@@ -37,7 +37,7 @@ from crawl.config import CrawlConfig
 from crawl.records import FETCH_SCHEMA, LINK_SCHEMA, PAGE_SCHEMA, SITEMAP_SCHEMA
 from crawl.store import Store
 from crawl.tasks import CONTROL_SUBSETS, DIGESTS_SCHEMA, ROBOTS_CACHE_SCHEMA
-from crawl.urls import canonicalize_many, filter_reasons, politeness_key, url_hashes
+from crawl.url import canonicalize_many, filter_reasons, politeness_key, url_hashes
 
 # what prepare hands to each shard merge for a URL fetched this round
 FETCH_UPDATE_SCHEMA = pa.schema([

@@ -15,7 +15,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from crawl import urls as U
+from crawl import url as U
 from crawl.config import CrawlConfig
 from crawl.fetch import ROBOTS_CACHE_SCHEMA, FetchOutput, backoff_delay, fetch_partition, parse_retry_after
 from crawl.records import FETCH_SCHEMA, FETCHLIST_SCHEMA

@@ -156,7 +156,7 @@ def test_parse_sitemap_refuses_entities_bombs_and_garbage():
 def test_simulated_web_sitemaps_parse_to_truth_and_liars_are_detected(simweb):
     from crawl.changerate import trusted_lastmod
     from crawl.sitemaps import entry_table, parse_sitemap, sitemap_rows
-    from crawl.urls import canonicalize, url_hashes
+    from crawl.url import canonicalize, url_hashes
 
     at = T0 + 5 * 86_400
     simweb.set_clock(at)

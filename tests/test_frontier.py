@@ -9,7 +9,7 @@ import pyarrow as pa
 
 from crawl import crawldb, frontier
 from crawl.config import load_config
-from crawl.urls import url_hash
+from crawl.url import url_hash
 
 NOW = datetime(2026, 11, 30, 12, tzinfo=UTC)
 

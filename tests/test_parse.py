@@ -373,7 +373,7 @@ def test_simulated_web_pages_parse_as_generated() -> None:
 
     from crawl.simweb import model as M
     from crawl.simweb.render import Renderer
-    from crawl.urls import canonicalize
+    from crawl.url import canonicalize
 
     def canon(u: str | None) -> str | None:
         # path-parameter session ids (";jsessionid=…") are a spelling the model links with
@@ -451,7 +451,7 @@ def _adversarial_pairs(n: int, seed: int) -> tuple[list[str | None], list[str | 
 def test_resolve_many_equals_resolve_on_adversarial_pairs() -> None:
     import pyarrow.compute as pc
 
-    from crawl.urls import _RES_ABS, _RES_DIR, _RES_NET, _RES_ROOT, _RES_UP, resolve, resolve_many
+    from crawl.url.links import _RES_ABS, _RES_DIR, _RES_NET, _RES_ROOT, _RES_UP, resolve, resolve_many
 
     hrefs, bases = _adversarial_pairs(8000, 21)
     want = [None if h is None else resolve(h, b) for h, b in zip(hrefs, bases, strict=True)]
@@ -479,7 +479,7 @@ def test_resolve_many_realistic_links_take_the_column_path() -> None:
 
     import pyarrow.compute as pc
 
-    from crawl.urls import _RES_ABS, _RES_DIR, _RES_NET, _RES_ROOT, _RES_UP, resolve, resolve_many
+    from crawl.url.links import _RES_ABS, _RES_DIR, _RES_NET, _RES_ROOT, _RES_UP, resolve, resolve_many
 
     rng = random.Random(5)
     hrefs = [rng.choice(["/a/b", "c.html", "d/e?x=1#f", "https://o.test/p?q", "http://Ex.TEST/", "/", "../up",
@@ -495,7 +495,7 @@ def test_resolve_many_realistic_links_take_the_column_path() -> None:
 def _scalar_links(url: str, raw, max_outlinks: int) -> tuple[list[tuple[str, str, bool]], str | None]:
     """The per-href algorithm parse used before batching: resolve each href, keep a URL once (first
     kind, nofollow only if every occurrence is), cap; canonical = first resolvable tag, else header."""
-    from crawl.urls import resolve
+    from crawl.url import resolve
 
     base = (resolve(raw.base_href, url) or url) if raw.base_href else url
     links: list[tuple[str, str, bool]] = []

@@ -1,4 +1,4 @@
-"""crawl.urls: WHATWG resolution edges, our canonicalisation policy, hashing, SURT and trap filters."""
+"""crawl.url: WHATWG resolution edges, our canonicalisation policy, hashing, SURT and trap filters."""
 
 from __future__ import annotations
 
@@ -12,14 +12,14 @@ import pytest
 import xxhash
 
 from crawl.config import CrawlConfig
-from crawl.urls import (
+from crawl.url import (
+    InvalidURL,
     canonicalize,
     canonicalize_many,
     filter_reason,
     filter_reasons,
     has_repeated_segments,
     host_of,
-    parse,
     politeness_key,
     registered_domain,
     resolve,
@@ -28,6 +28,7 @@ from crawl.urls import (
     url_hash,
     url_hashes,
 )
+from crawl.url.parse import parse
 
 CONFORMANCE = Path(__file__).resolve().parent / "data" / "conformance"
 BASE = "http://example.org/foo/bar?q#f"
@@ -181,7 +182,8 @@ def test_surt(url: str, want: str) -> None:
 def test_hosts_domains_politeness_keys() -> None:
     assert host_of("http://User@WWW.Example.com:81/x") == "www.example.com"
     assert host_of("https://EXAMPLE.com/") == "example.com"
-    assert host_of("nope") is None
+    with pytest.raises(InvalidURL, match="relative URL"):
+        host_of("nope")
     assert registered_domain("a.b.example.co.uk") == "example.co.uk"
     assert registered_domain("www.example.com") == "example.com"
     assert registered_domain("localhost") == "localhost"
@@ -307,7 +309,7 @@ def _varied_urls(n: int, seed: int) -> list[str | None]:
 
 
 def test_canonicalize_many_vectorised_equals_scalar() -> None:
-    from crawl.urls import _simple_mask
+    from crawl.url.columns import _simple_mask
 
     urls = _varied_urls(4000, 5) + [
         "http://h", "http://h?", "http://h?&", "http://h#", "http://h:80", "https://h:443?b&a", "http://h:81",
@@ -338,7 +340,7 @@ def test_canonicalize_many_vectorised_equals_scalar() -> None:
 
 def test_canonicalize_many_realistic_links_mostly_vectorised() -> None:
     """Resolved links (what parse hands over) take the vectorised path almost always, and agree."""
-    from crawl.urls import _simple_mask
+    from crawl.url.columns import _simple_mask
 
     rng = random.Random(9)
     base = "https://www.example.com/news/2024/index.html"
@@ -352,7 +354,7 @@ def test_canonicalize_many_realistic_links_mostly_vectorised() -> None:
 
 
 def test_surts_vectorised_equals_scalar() -> None:
-    from crawl.urls import _simple_mask
+    from crawl.url.columns import _simple_mask
 
     urls = _varied_urls(3000, 8) + [
         "http://www.example.com/", "https://Example.com/Path/?B=2&a=1#x", "http://www2.sub.example.co.uk:8080/a",
@@ -408,7 +410,7 @@ def test_url_hashes_equal_xxhash_on_every_length_class() -> None:
 
 def test_block_wise_processing_matches_one_pass(monkeypatch: pytest.MonkeyPatch) -> None:
     """Big columns are processed in cache-sized blocks; block borders must not change any answer."""
-    import crawl.urls as urls_mod
+    from crawl.url import columns, filters
 
     urls = _varied_urls(3000, 21)
     arr = pa.array(urls, pa.string())
@@ -423,8 +425,9 @@ def test_block_wise_processing_matches_one_pass(monkeypatch: pytest.MonkeyPatch)
     rep_depths = np.array([rng.randint(0, 5) for _ in order])
     rep_want = [filter_reason(urls[i], int(dep), CFG) if urls[i] is not None else "bad_scheme"
                 for i, dep in zip(order, rep_depths, strict=True)]
-    monkeypatch.setattr(urls_mod, "_BLOCK_ROWS", 700)
-    monkeypatch.setattr(urls_mod, "_DEDUP_MIN_ROWS", 100)
+    for mod in (columns, filters):
+        monkeypatch.setattr(mod, "_BLOCK_ROWS", 700)
+        monkeypatch.setattr(mod, "_DEDUP_MIN_ROWS", 100)
     assert canonicalize_many(arr).to_pylist() == canon_want
     assert filter_reasons(arr, depths, CFG).to_pylist() == filt_want
     assert surts(arr).to_pylist() == surt_want
