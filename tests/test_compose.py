@@ -3,11 +3,17 @@
 No Docker engine runs on the development machines or in CI, so the stack cannot be started here. These
 tests catch the mistakes that would stop it from starting or make it crawl to the wrong place: a
 service without an image, a dependency on a service that does not exist or has no healthcheck, the crawl
-root not on MinIO, the Dask address not the scheduler's port, the lock not installed in the image.
+root not on MinIO, the Dask address not the scheduler's port, the lock not installed in the image; and
+the deployment defaults: no secret has a default (compose refuses to start without it), published
+ports listen on loopback unless BIND_ADDR says otherwise, the crawler is a bucket-scoped MinIO user.
+
+Variables are substituted as ``docker compose`` does (``$$``, ``${VAR}``, ``${VAR:-default}``,
+``${VAR-default}``, ``${VAR:?message}``, ``${VAR?message}``, ``${VAR:+alt}``), by :func:`interpolate`.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 from urllib.parse import urlparse
@@ -18,13 +24,92 @@ import yaml
 REPO = Path(__file__).resolve().parent.parent
 COMPOSE = REPO / "docker-compose.yaml"
 DOCKERFILE = REPO / "Dockerfile"
+ENV_EXAMPLE = REPO / ".env.example"
 AIRFLOW_SERVICES = ("airflow-apiserver", "airflow-scheduler", "airflow-dag-processor", "airflow-triggerer")
 DASK_WORKERS = ("dask-worker-1", "dask-worker-2")
+CRAWL_SERVICES = (*AIRFLOW_SERVICES, "airflow-init", "dask-scheduler", *DASK_WORKERS)
+SECRETS = ("AIRFLOW_ADMIN_PASSWORD", "AIRFLOW_JWT_SECRET", "AIRFLOW_FERNET_KEY", "POSTGRES_PASSWORD",
+           "MINIO_ROOT_USER", "MINIO_ROOT_PASSWORD", "CRAWL_S3_ACCESS_KEY", "CRAWL_S3_SECRET_KEY")
+# What an operator puts in .env (distinct values, so a test can tell which one a service got).
+FILLED = {name: f"{name.lower().replace('_', '-')}-value-0123456789" for name in SECRETS}
+
+_VAR = re.compile(r"\$(?:\$|\{(?P<braced>[^}]*)\}|(?P<plain>[A-Za-z_][A-Za-z0-9_]*))")
+_BRACED = re.compile(r"(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?:(?P<op>:?[-?+])(?P<arg>.*))?", re.S)
+
+
+class MissingVariable(Exception):
+    """A ``${VAR:?message}`` (or ``${VAR?message}``) whose variable is not set: compose stops here."""
+
+    def __init__(self, name: str, message: str) -> None:
+        super().__init__(f"{name}: {message}")
+        self.name, self.message = name, message
+
+
+def _substitute(text: str, env: dict[str, str], missing: list[MissingVariable]) -> str:
+    def one(m: re.Match) -> str:
+        if m.group(0) == "$$":
+            return "$"
+        if m.group("plain"):
+            return env.get(m.group("plain"), "")
+        spec = _BRACED.fullmatch(m.group("braced"))
+        assert spec, f"unsupported substitution {m.group(0)!r}"
+        name, op, arg = spec["name"], spec["op"], spec["arg"] or ""
+        value = env.get(name)
+        unset_or_empty = value is None or (value == "" and op and op.startswith(":"))
+        if op in ("-", ":-"):
+            return arg if unset_or_empty else value
+        if op in ("?", ":?"):
+            if unset_or_empty:
+                missing.append(MissingVariable(name, arg))
+                return ""
+            return value
+        if op in ("+", ":+"):
+            return "" if unset_or_empty else arg
+        return value or ""
+
+    return _VAR.sub(one, text)
+
+
+def interpolate(node: object, env: dict[str, str], missing: list[MissingVariable] | None = None) -> object:
+    """The compose file as ``docker compose config`` sees it with ``env``; raises the first
+    :class:`MissingVariable` (after collecting all of them into ``missing`` when given)."""
+    own = [] if missing is None else missing
+    out = _interpolate(node, env, own)
+    if own:
+        raise own[0]
+    return out
+
+
+def _interpolate(node: object, env: dict[str, str], missing: list[MissingVariable]) -> object:
+    if isinstance(node, str):
+        return _substitute(node, env, missing)
+    if isinstance(node, list):
+        return [_interpolate(v, env, missing) for v in node]
+    if isinstance(node, dict):
+        return {k: _interpolate(v, env, missing) for k, v in node.items()}
+    return node
+
+
+def _dotenv(path: Path) -> dict[str, str]:
+    """KEY=VALUE lines of an env file (comments and blank lines skipped)."""
+    out = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            key, _, value = line.partition("=")
+            out[key.strip()] = value.strip()
+    return out
 
 
 @pytest.fixture(scope="module")
-def compose() -> dict:
+def raw_compose() -> dict:
     return yaml.safe_load(COMPOSE.read_text(encoding="utf-8"))
+
+
+@pytest.fixture(scope="module")
+def compose(raw_compose: dict) -> dict:
+    """As deployed with every secret filled in and nothing else set."""
+    return interpolate(raw_compose, dict(FILLED))
 
 
 @pytest.fixture(scope="module")
@@ -50,6 +135,11 @@ def _published_ports(service: dict) -> list[tuple[int, int]]:
         parts = str(spec).split(":")  # [ip:]host:container[/proto]
         out.append((int(parts[-2]), int(parts[-1].split("/")[0])))
     return out
+
+
+def _published_on(service: dict) -> list[str]:
+    """The host address of every published port (``""`` = all interfaces, compose's default)."""
+    return [str(spec).rsplit(":", 2)[0] if str(spec).count(":") >= 2 else "" for spec in service.get("ports", [])]
 
 
 def test_every_service_has_one_image_source(services: dict) -> None:
@@ -107,10 +197,9 @@ def test_crawl_root_on_minio_and_dask_address_on_scheduler(services: dict) -> No
         for key in ("AWS_ENDPOINT_URL", "FSSPEC_S3_ENDPOINT_URL"):
             endpoint = urlparse(env[key])
             assert (endpoint.hostname, endpoint.port) == ("minio", 9000), f"{name}: {key}"
-        # Keys equal MinIO's root credentials (same variable, same default).
-        assert env["AWS_ACCESS_KEY_ID"] == _env(services["minio"])["MINIO_ROOT_USER"], name
-        assert env["AWS_SECRET_ACCESS_KEY"] == _env(services["minio"])["MINIO_ROOT_PASSWORD"], name
-        assert env["FSSPEC_S3_KEY"] == env["AWS_ACCESS_KEY_ID"], name
+        # The crawler's own MinIO user, never the root user.
+        assert env["AWS_ACCESS_KEY_ID"] == env["FSSPEC_S3_KEY"] == FILLED["CRAWL_S3_ACCESS_KEY"], name
+        assert env["AWS_SECRET_ACCESS_KEY"] == env["FSSPEC_S3_SECRET"] == FILLED["CRAWL_S3_SECRET_KEY"], name
     for worker in DASK_WORKERS:
         cmd = _command(services[worker])
         assert cmd[:3] == ["dask", "worker", f"tcp://dask-scheduler:{sched_port}"], worker
@@ -182,3 +271,104 @@ def test_dockerfile_installs_the_lock_and_copies_the_code() -> None:
     assert not re.findall(r'pip install[^\n]*"[A-Za-z0-9_.-]+==', text)
     ignored = (REPO / ".dockerignore").read_text().split()
     assert ".venv" in ignored and ".git" in ignored and "crawldata" in ignored
+
+
+# ---- deployment defaults ------------------------------------------------------------------------------
+
+def test_refuses_to_start_without_each_secret(raw_compose: dict) -> None:
+    """Unset, empty, or as shipped in .env.example: compose stops, naming every missing secret."""
+    for env in ({}, {name: "" for name in SECRETS}, _dotenv(ENV_EXAMPLE)):
+        missing: list[MissingVariable] = []
+        with pytest.raises(MissingVariable):
+            interpolate(raw_compose, env, missing)
+        assert {m.name for m in missing} == set(SECRETS)
+        assert all(m.name in m.message and ".env" in m.message for m in missing)
+    for name in SECRETS:  # each one alone is enough to stop it
+        missing = []
+        with pytest.raises(MissingVariable):
+            interpolate(raw_compose, {k: v for k, v in FILLED.items() if k != name}, missing)
+        assert {m.name for m in missing} == {name}
+
+
+def test_no_secret_has_a_default_anywhere() -> None:
+    text = COMPOSE.read_text(encoding="utf-8")
+    for name in SECRETS:
+        uses = re.findall(r"\$\{" + name + r"(:?[-?+]?)", text)
+        assert uses and set(uses) == {":?"}, f"{name}: {uses}"
+    for known_default in ("minioadmin", "change-me", "admin:admin@", "AIRFLOW_ADMIN_PASSWORD:-"):
+        assert known_default not in text
+
+
+def _referenced(node: object) -> set[str]:
+    """Names of the variables the compose file substitutes (``$$`` is an escape, not a reference)."""
+    if isinstance(node, str):
+        return {m["plain"] or _BRACED.fullmatch(m["braced"])["name"] for m in _VAR.finditer(node) if m[0] != "$$"}
+    if isinstance(node, (list, dict)):
+        return set().union(*map(_referenced, node.values() if isinstance(node, dict) else node))
+    return set()
+
+
+def test_env_example_documents_every_variable_and_ships_no_secret(raw_compose: dict) -> None:
+    used = _referenced(raw_compose)
+    assert set(SECRETS) <= used
+    text = ENV_EXAMPLE.read_text(encoding="utf-8")
+    documented = set(re.findall(r"^#?([A-Z_][A-Z0-9_]*)=", text, re.M))
+    assert documented == used
+    example = _dotenv(ENV_EXAMPLE)
+    assert set(example) == set(SECRETS) and not any(example.values())
+    assert ".env" in (REPO / ".gitignore").read_text().split()
+
+
+def test_ports_listen_on_loopback_unless_bind_addr_says_otherwise(raw_compose: dict) -> None:
+    default = interpolate(raw_compose, dict(FILLED))["services"]
+    published = {name: _published_on(svc) for name, svc in default.items() if svc.get("ports")}
+    assert set(published) == {"airflow-apiserver", "minio"}
+    assert all(addr == "127.0.0.1" for addrs in published.values() for addr in addrs), published
+    everywhere = interpolate(raw_compose, {**FILLED, "BIND_ADDR": "0.0.0.0"})["services"]
+    assert {a for svc in everywhere.values() for a in _published_on(svc)} == {"0.0.0.0"}
+
+
+def test_crawler_is_a_bucket_scoped_minio_user(services: dict) -> None:
+    """minio-init creates CRAWL_S3_ACCESS_KEY with a policy on the crawl bucket only, and every service
+    that touches the crawl root uses that user, not MinIO's root."""
+    bucket = urlparse(_env(services["airflow-scheduler"])["CRAWL_ROOT"]).netloc
+    init = services["minio-init"]
+    script = " ".join(_command(init))
+    env = _env(init)
+    assert env["CRAWL_S3_ACCESS_KEY"] == FILLED["CRAWL_S3_ACCESS_KEY"] != FILLED["MINIO_ROOT_USER"]
+    steps = [step.strip() for step in script.split("&&")]
+    assert steps[0].startswith('mc alias set local http://minio:9000 "$MINIO_ROOT_USER" "$MINIO_ROOT_PASSWORD"')
+    assert f"mc mb --ignore-existing local/{bucket}" in steps
+    policy_step = next(s for s in steps if s.startswith("mc admin policy create local "))
+    policy_name, policy_path = policy_step.split()[-2:]
+    assert 'mc admin user add local "$CRAWL_S3_ACCESS_KEY" "$CRAWL_S3_SECRET_KEY"' in steps
+    assert f'mc admin policy attach local {policy_name} --user "$CRAWL_S3_ACCESS_KEY"' in steps
+    assert steps.index(policy_step) < len(steps) - 1 and steps[-1].startswith("mc admin policy attach")
+    # the policy file is the repository's, mounted read-only where the step reads it
+    mounts = {v.split(":")[1]: v.split(":")[0] for v in init["volumes"]}
+    policy = json.loads((REPO / mounts[policy_path]).read_text(encoding="utf-8"))
+    resources, actions = set(), set()
+    for statement in policy["Statement"]:
+        assert statement["Effect"] == "Allow" and "NotResource" not in statement and "NotAction" not in statement
+        resources |= set(statement["Resource"])
+        actions |= set(statement["Action"])
+    assert resources == {f"arn:aws:s3:::{bucket}", f"arn:aws:s3:::{bucket}/*"}
+    assert {"s3:GetObject", "s3:PutObject", "s3:ListBucket", "s3:DeleteObject"} <= actions
+    assert not any(a.endswith("*") or a.startswith("admin:") for a in actions)
+    for name in CRAWL_SERVICES:
+        crawl_env = _env(services[name])
+        assert FILLED["MINIO_ROOT_USER"] not in crawl_env.values(), name
+        assert FILLED["MINIO_ROOT_PASSWORD"] not in crawl_env.values(), name
+    # and the root credentials reach only MinIO itself and minio-init
+    holders = {n for n, svc in services.items() if FILLED["MINIO_ROOT_PASSWORD"] in _env(svc).values()}
+    assert holders == {"minio", "minio-init"}
+
+
+def test_airflow_secrets_reach_every_component(services: dict) -> None:
+    for name in (*AIRFLOW_SERVICES, "airflow-init"):
+        env = _env(services[name])
+        assert env["AIRFLOW__API_AUTH__JWT_SECRET"] == FILLED["AIRFLOW_JWT_SECRET"], name
+        assert env["AIRFLOW__CORE__FERNET_KEY"] == FILLED["AIRFLOW_FERNET_KEY"], name
+        assert urlparse(env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"]).password == FILLED["POSTGRES_PASSWORD"], name
+    assert _env(services["postgres"])["POSTGRES_PASSWORD"] == FILLED["POSTGRES_PASSWORD"]
+    assert _env(services["airflow-init"])["AIRFLOW_ADMIN_PASSWORD"] == FILLED["AIRFLOW_ADMIN_PASSWORD"]
