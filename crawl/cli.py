@@ -13,23 +13,42 @@ import sys
 from datetime import UTC, datetime
 from typing import Any
 
-from crawl.config import ConfigError, CrawlConfig, load_config
+from crawl.config import (
+    SETTING_KEYS,
+    ConfigError,
+    CrawlConfig,
+    CrawlSettings,
+    cli_flag_specs,
+    describe,
+    load_config,
+)
 from crawl.errors import SeedError
 
 STEPS = ("inject", "generate", "fetch_parse", "update", "reprioritise", "publish")
 
 
+# Older spellings kept working next to the flags derived from the settings declaration.
+FLAG_ALIASES = {"politeness_delay_s": ("--delay",)}
+SEEDS_HELP = f"{CrawlSettings.model_fields['seeds'].title}: {describe('seeds')}"
+
+
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--root", help="crawl root: a folder or an fsspec URL (default: crawldata)")
-    p.add_argument("--crawl-id", help="crawl name (default: demo)")
     p.add_argument("--config", help="YAML config file (keys as in include/config/crawl.yaml)")
+    # The user-facing settings, derived from crawl.config.CrawlSettings (same titles, bounds, defaults):
+    # --crawl-id, --max-pages, --politeness-delay-s (--delay), --max-depth, --coverage-share, ...
+    for key, spec in cli_flag_specs().items():
+        p.add_argument(spec["flag"], *FLAG_ALIASES.get(key, ()), dest=spec["dest"], type=spec["type"],
+                       default=spec["default"], help=spec["help"])
     p.add_argument("--resolve", action="append", metavar="PATTERN=IP:PORT",
                    help="send connections for matching hosts to IP:PORT (like curl --connect-to); repeatable")
-    p.add_argument("--delay", type=float, help="per-host politeness delay in seconds")
-    p.add_argument("--max-pages", type=int, help="fetch budget per round")
     p.add_argument("--partitions", type=int, help="fetch-list partitions per round")
     p.add_argument("--dask-address", help="Dask scheduler address (empty: embedded LocalCluster)")
     p.add_argument("--workers", type=int, help="workers of the embedded LocalCluster")
+    p.add_argument("--dashboard-port", type=int, dest="dask_dashboard_port",
+                   help="port of the embedded cluster's Dask dashboard (default: any free port)")
+    p.add_argument("--no-dashboard", action="store_false", dest="dask_dashboard", default=None,
+                   help="do not serve the embedded cluster's Dask dashboard")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="any config key; repeatable")
     p.add_argument("--config-json", help="a whole config as JSON (used by the Airflow layer)")
 
@@ -43,11 +62,12 @@ def build_config(args: argparse.Namespace) -> CrawlConfig:
             raise ConfigError(f"--set: expected KEY=VALUE, got {item!r}")
         k, v = item.split("=", 1)
         overrides[k.strip()] = v
-    flags = {
-        "root": args.root, "crawl_id": args.crawl_id, "politeness_delay_s": args.delay,
-        "max_pages": args.max_pages, "partitions": args.partitions, "dask_address": args.dask_address,
-        "dask_workers": args.workers, "resolve": args.resolve,
-    }
+    flags = {key: getattr(args, key) for key in SETTING_KEYS}
+    flags.update({
+        "root": args.root, "partitions": args.partitions, "dask_address": args.dask_address,
+        "dask_workers": args.workers, "resolve": args.resolve, "dask_dashboard": args.dask_dashboard,
+        "dask_dashboard_port": args.dask_dashboard_port,
+    })
     overrides.update({k: v for k, v in flags.items() if v is not None})
     return load_config(args.config, overrides)
 
@@ -63,22 +83,23 @@ def _progress(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """The ``crawl`` command line (settings flags derived from crawl.config.CrawlSettings)."""
     ap = argparse.ArgumentParser(prog="crawl", description="Polite, deduplicated batch recrawl rounds on Dask.")
     sub = ap.add_subparsers(dest="cmd", required=True)
 
     p = sub.add_parser("inject", help="queue seed URLs for the next round")
     _common(p)
-    p.add_argument("--seeds", nargs="+", required=True)
+    p.add_argument("--seeds", nargs="+", required=True, help=SEEDS_HELP)
 
     p = sub.add_parser("round", help="run one round (inject seeds first if given)")
     _common(p)
-    p.add_argument("--seeds", nargs="*")
+    p.add_argument("--seeds", nargs="*", help=SEEDS_HELP)
     p.add_argument("--now", help="the round's time (ISO 8601; default: now)")
 
     p = sub.add_parser("run", help="run N rounds")
     _common(p)
-    p.add_argument("--seeds", nargs="*")
+    p.add_argument("--seeds", nargs="*", help=SEEDS_HELP)
     p.add_argument("--rounds", type=int, default=1)
     p.add_argument("--now", help="time of the first round (ISO 8601; default: now)")
 
@@ -100,9 +121,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("name", choices=STEPS)
     p.add_argument("--round", type=int)
     p.add_argument("--now")
-    p.add_argument("--seeds", nargs="*")
+    p.add_argument("--seeds", nargs="*", help=SEEDS_HELP)
+    return ap
 
-    args = ap.parse_args(argv)
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     try:
         cfg = build_config(args)
         return _dispatch(args, cfg)

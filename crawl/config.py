@@ -1,10 +1,16 @@
-"""The one typed crawl configuration.
+"""The one typed crawl configuration, and the one declaration of the settings a user gives a crawl.
 
 Every external limit has a default here (timeouts, body size, redirects, URL length, depth, pages per
 host) so that no component invents its own. Values come, in increasing precedence, from the dataclass
 defaults, a YAML file (``include/config/crawl.yaml`` documents each key), environment variables
 ``CRAWL_<KEY>`` and explicit overrides (CLI flags, DAG params). An invalid value raises
 :class:`ConfigError` naming the key, before anything is written.
+
+:class:`CrawlSettings` declares the user-facing subset (crawl id, seeds, budgets, politeness, depth,
+coverage share, scope) once, with titles, descriptions, bounds and defaults. The DAG's trigger-form
+Params (:func:`param_specs`), the crawl API's request model (:func:`request_model`) and the CLI flags
+(:func:`cli_flag_specs`) are derived from it, and :class:`CrawlConfig` takes those keys' defaults and
+bounds from it, so the four can never disagree.
 """
 
 from __future__ import annotations
@@ -16,9 +22,18 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any, get_type_hints
+from typing import Annotated, Any, Optional, get_type_hints
 
 import yaml
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    ValidationError,
+    create_model,
+)
 
 from crawl.scope import ScopeError, compile_allowed_hosts
 
@@ -43,20 +58,160 @@ class ConfigError(ValueError):
     """A configuration value is invalid; the message names the key."""
 
 
+def _valid_scope(value: str) -> str:
+    """``allowed_hosts`` must compile on RE2, the engine that runs it (crawl.scope)."""
+    try:
+        compile_allowed_hosts(value)
+    except ScopeError as exc:
+        raise ValueError(str(exc)) from None
+    return value
+
+
+class CrawlSettings(BaseModel):
+    """The settings a user gives a crawl, declared once (pydantic: typed, with JSON-schema bounds).
+
+    ``seeds`` is what inject takes; every other field is a :class:`CrawlConfig` key of the same name
+    (so a value travels from the trigger form, the API or a flag to the engine without a mapping).
+    Everything else in the config is deployment or tuning (crawl root, Dask, timeouts, traps) and is
+    set by YAML, ``CRAWL_*`` env or ``--set``.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    crawl_id: str = Field(
+        "demo", pattern=CRAWL_ID_RE.pattern, title="Crawl id",
+        description="Name of the crawl: lowercase letters, digits, _ and - (at most 63); one folder per id "
+                    "under the crawl root.")
+    seeds: list[Annotated[str, StringConstraints(min_length=1)]] = Field(
+        min_length=1, title="Seed URLs",
+        description="http(s) URLs to start from, one per line; injected when given or when the crawl is new.")
+    max_pages: int = Field(
+        1000, ge=1, title="Max pages per round", description="Fetch budget of one round, all hosts together.")
+    max_pages_per_host_per_round: int = Field(
+        0, ge=0, title="Max pages per host per round",
+        description="0 = derived from the round duration and the host's delay (its robots Crawl-delay or the "
+                    "politeness delay).")
+    round_duration_s: float = Field(
+        3600.0, gt=0, title="Round duration (s)",
+        description="Time a round may take; bounds the per-host caps and the fetch deadline.")
+    politeness_delay_s: float = Field(
+        1.0, ge=0, title="Politeness delay (s)", description="Minimum gap between two request starts to one host.")
+    max_depth: int = Field(15, ge=0, title="Max depth", description="Link hops from a seed.")
+    coverage_share: float = Field(
+        0.3, ge=0, le=1, title="Coverage share",
+        description="Share of the round budget reserved for never-fetched URLs (0 to 1).")
+    allowed_hosts: Annotated[str, AfterValidator(_valid_scope)] = Field(
+        "", title="Allowed hosts", description="Regular expression a host must match (scope); empty = any host.")
+
+
+#: The settings that are config keys (all but seeds), in declaration order.
+SETTING_KEYS: tuple[str, ...] = tuple(k for k in CrawlSettings.model_fields if k != "seeds")
+#: Settings an API request must give (the rest fall back to the deployment's config).
+REQUIRED_IN_REQUEST: tuple[str, ...] = ("crawl_id", "seeds")
+
+
+def setting_default(name: str) -> Any:
+    """The declared default of a setting (seeds have none: the caller must give them)."""
+    return CrawlSettings.model_fields[name].get_default(call_default_factory=True)
+
+
+def setting_type(name: str) -> Any:
+    """The setting's type with its constraints (bounds, pattern, validators) attached."""
+    info = CrawlSettings.model_fields[name]
+    return Annotated[info.annotation, *info.metadata] if info.metadata else info.annotation
+
+
+def describe(name: str) -> str:
+    """The help text every derivation shows: the declared description plus what "not given" means."""
+    info = CrawlSettings.model_fields[name]
+    if name == "seeds":
+        return info.description or ""
+    return f"{info.description} Default: {json.dumps(setting_default(name))}."
+
+
+def setting_schema(name: str) -> dict[str, Any]:
+    """The setting's JSON schema (type, bounds, pattern, items) without title/description/default."""
+    prop = dict(CrawlSettings.model_json_schema()["properties"][name])
+    for key in ("title", "description", "default"):
+        prop.pop(key, None)
+    return prop
+
+
+def param_specs(seeds_default: list[str], crawl_id_default: str | None = None) -> dict[str, dict[str, Any]]:
+    """Keyword arguments of the DAG's ``Param`` objects (``Param(**spec)``), derived from the declaration.
+
+    The engine never imports Airflow, so this returns plain dicts. Settings other than crawl id and seeds
+    default to ``None`` with a nullable type: the trigger form then submits with its defaults (an empty
+    optional field is not "missing"), and "not given" lets the deployment's ``CRAWL_*`` env apply.
+    """
+    specs: dict[str, dict[str, Any]] = {}
+    for name, info in CrawlSettings.model_fields.items():
+        schema = setting_schema(name)
+        spec: dict[str, Any] = {"title": info.title, "description": describe(name)}
+        if name == "seeds":
+            spec.update(default=list(seeds_default), **schema)
+        elif name == "crawl_id":
+            spec.update(default=crawl_id_default or setting_default(name), **schema)
+        else:
+            spec.update(default=None, **{**schema, "type": ["null", schema["type"]]})
+        specs[name] = spec
+    return specs
+
+
+def request_model(name: str = "CrawlRequest", doc: str | None = None,
+                  extra_fields: dict[str, Any] | None = None) -> type[BaseModel]:
+    """A pydantic model for an API request: crawl id and seeds required, the other settings optional.
+
+    An omitted (``None``) optional setting means "the deployment's config"; unknown fields are refused
+    (422), so a typo is not silently ignored. ``extra_fields`` (name -> (type, Field)) adds fields that
+    are not crawl settings (the API's ``dask_address``).
+    """
+    fields: dict[str, Any] = {}
+    for key, info in CrawlSettings.model_fields.items():
+        if key in REQUIRED_IN_REQUEST:
+            fields[key] = (setting_type(key), Field(title=info.title, description=describe(key)))
+        else:
+            fields[key] = (Optional[setting_type(key)], Field(None, title=info.title, description=describe(key)))  # noqa: UP045
+    fields.update(extra_fields or {})  # request-only fields that are not crawl settings
+    return create_model(name, __config__=ConfigDict(extra="forbid"),
+                        __doc__=doc or "The settings of a crawl to start (see crawl.config.CrawlSettings).", **fields)
+
+
+def cli_flag_specs() -> dict[str, dict[str, Any]]:
+    """``argparse`` arguments for the settings that are config keys: ``--max-pages`` etc.
+
+    Flags default to ``None`` ("not given", so YAML and env apply); bounds are checked by
+    :func:`load_config`, which names the key. Seeds are per-command (``--seeds``) and not listed here.
+    """
+    specs = {}
+    for key in SETTING_KEYS:
+        info = CrawlSettings.model_fields[key]
+        specs[key] = {"flag": "--" + key.replace("_", "-"), "type": info.annotation, "dest": key,
+                      "default": None, "help": f"{info.title}: {describe(key)}"}
+    return specs
+
+
+_SETTINGS_VALIDATOR = create_model(
+    "CrawlSettingsKeys", __config__=ConfigDict(strict=False),
+    **{k: (setting_type(k), Field(...)) for k in SETTING_KEYS})
+
+
 @dataclass(frozen=True)
 class CrawlConfig:
+    """Every key of a crawl's configuration; the user-facing ones take defaults from CrawlSettings."""
+
     # identity and storage
-    crawl_id: str = "demo"
+    crawl_id: str = setting_default("crawl_id")
     root: str = "crawldata"
     user_agent: str = DEFAULT_USER_AGENT
     robots_agent: str = PRODUCT_TOKEN
 
     # round budget and frontier
-    max_pages: int = 1000
+    max_pages: int = setting_default("max_pages")
     max_pages_per_host: int = 100_000
-    max_pages_per_host_per_round: int = 0  # 0 = derived from round_duration_s / host delay
-    round_duration_s: float = 3600.0
-    coverage_share: float = 0.3
+    max_pages_per_host_per_round: int = setting_default("max_pages_per_host_per_round")
+    round_duration_s: float = setting_default("round_duration_s")
+    coverage_share: float = setting_default("coverage_share")
     schedule_policy: str = "default"  # default | estimator | nutch | uniform | oracle (crawl.schedule)
     oracle_rates_path: str = ""  # Parquet (url, change_rate per day) for the oracle policy (benchmarks)
     partitions: int = 8
@@ -64,7 +219,7 @@ class CrawlConfig:
     politeness_key: str = "host"  # host | domain | ip
 
     # politeness
-    politeness_delay_s: float = 1.0
+    politeness_delay_s: float = setting_default("politeness_delay_s")
     max_crawl_delay_s: float = 30.0
     max_in_flight_per_host: int = 1
     max_host_errors: int = 5
@@ -86,12 +241,12 @@ class CrawlConfig:
     max_url_length: int = 2048
 
     # traps and scope
-    max_depth: int = 15
+    max_depth: int = setting_default("max_depth")
     max_path_repeats: int = 2
     max_path_segments: int = 20
     max_query_params: int = 8
     max_outlinks_per_page: int = 500
-    allowed_hosts: str = ""  # regex on the host; empty = any host
+    allowed_hosts: str = setting_default("allowed_hosts")
     tracking_params: tuple[str, ...] = DEFAULT_TRACKING_PARAMS
 
     # retries of transient failures (seconds until the next try; after the last try: gone)
@@ -110,6 +265,8 @@ class CrawlConfig:
     # Dask
     dask_address: str = ""  # empty = embedded LocalCluster
     dask_workers: int = 2
+    dask_dashboard: bool = True  # the embedded LocalCluster's dashboard (bokeh), URL printed by `crawl run`
+    dask_dashboard_port: int = 0  # its port on 127.0.0.1; 0 = any free port
 
     def replace(self, **changes: Any) -> CrawlConfig:
         return load_config(overrides={**dataclasses.asdict(self), **changes}, use_env=False)
@@ -122,16 +279,15 @@ class CrawlConfig:
 
 
 _POSITIVE = {
-    "max_pages", "max_pages_per_host", "partitions", "url_shards", "max_in_flight_per_host",
+    "max_pages_per_host", "partitions", "url_shards", "max_in_flight_per_host",
     "max_host_errors", "robots_max_bytes", "max_concurrent_hosts", "connect_timeout_s",
-    "read_timeout_s", "total_timeout_s", "max_body_bytes", "max_url_length", "round_duration_s",
+    "read_timeout_s", "total_timeout_s", "max_body_bytes", "max_url_length",
     "max_query_params", "max_outlinks_per_page", "bloom_expected_urls", "dask_workers",
     "max_path_segments", "max_sitemaps_per_host",
 }
 _NON_NEGATIVE = {
-    "politeness_delay_s", "max_crawl_delay_s", "backoff_base_s", "backoff_cap_s", "robots_ttl_s",
-    "max_redirects", "max_depth", "max_path_repeats", "max_pages_per_host_per_round",
-    "simhash_max_distance",
+    "max_crawl_delay_s", "backoff_base_s", "backoff_cap_s", "robots_ttl_s",
+    "max_redirects", "max_path_repeats", "simhash_max_distance", "dask_dashboard_port",
 }
 _RESOLVE_RE = re.compile(r"^[^=\s]+=[0-9a-fA-F:.\[\]]+:\d{1,5}$")
 
@@ -172,15 +328,27 @@ def _coerce(key: str, typ: Any, value: Any) -> Any:
     raise ConfigError(f"{key}: unsupported type {type_name}")
 
 
+def _validate_settings(cfg: CrawlConfig) -> None:
+    """The user-facing keys against their one declaration (CrawlSettings): bounds, pattern, regex."""
+    try:
+        _SETTINGS_VALIDATOR.model_validate({k: getattr(cfg, k) for k in SETTING_KEYS})
+    except ValidationError as exc:
+        err = exc.errors(include_url=False)[0]
+        key = ".".join(str(p) for p in err["loc"])
+        msg = err["msg"].removeprefix("Value error, ")
+        if key == "crawl_id" and err["type"] == "string_pattern_mismatch":
+            msg = f"must match {CRAWL_ID_RE.pattern} (lowercase letters, digits, _ and -)"
+        raise ConfigError(f"{key}: {msg}, got {err.get('input')!r}") from None
+
+
 def _validate(cfg: CrawlConfig) -> None:
+    _validate_settings(cfg)
     for key in _POSITIVE:
         if getattr(cfg, key) <= 0:
             raise ConfigError(f"{key}: must be > 0, got {getattr(cfg, key)!r}")
     for key in _NON_NEGATIVE:
         if getattr(cfg, key) < 0:
             raise ConfigError(f"{key}: must be >= 0, got {getattr(cfg, key)!r}")
-    if not 0.0 <= cfg.coverage_share <= 1.0:
-        raise ConfigError(f"coverage_share: must be between 0 and 1, got {cfg.coverage_share!r}")
     if not 0.0 < cfg.bloom_fp_rate < 0.5:
         raise ConfigError(f"bloom_fp_rate: must be in (0, 0.5), got {cfg.bloom_fp_rate!r}")
     if not 0.0 <= cfg.backoff_jitter < 1.0:
@@ -203,10 +371,6 @@ def _validate(cfg: CrawlConfig) -> None:
         raise ConfigError(f"robots_agent: must be a product token of letters, _ and -, got {cfg.robots_agent!r}")
     if not cfg.root:
         raise ConfigError("root: must not be empty")
-    try:
-        compile_allowed_hosts(cfg.allowed_hosts)
-    except ScopeError as exc:
-        raise ConfigError(f"allowed_hosts: {exc}") from None
     for rule in cfg.resolve:
         if not _RESOLVE_RE.match(rule):
             raise ConfigError(f"resolve: expected 'PATTERN=IP:PORT', got {rule!r}")
@@ -260,6 +424,7 @@ def default_config_path() -> Path:
 
 
 __all__ = [
-    "CRAWL_ID_RE", "ConfigError", "is_crawl_id", "CrawlConfig", "DEFAULT_USER_AGENT", "PRODUCT_TOKEN",
-    "default_config_path", "load_config",
+    "CRAWL_ID_RE", "ConfigError", "CrawlConfig", "CrawlSettings", "DEFAULT_USER_AGENT", "PRODUCT_TOKEN",
+    "REQUIRED_IN_REQUEST", "SETTING_KEYS", "cli_flag_specs", "default_config_path", "describe", "is_crawl_id",
+    "load_config", "param_specs", "request_model", "setting_default", "setting_schema", "setting_type",
 ]

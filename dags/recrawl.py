@@ -20,9 +20,11 @@ as a plain Python child process: the embedded cluster's workers then only ever i
 Airflow, and the same command works with an external scheduler (``dask_address``). The other steps are
 cheap single-process work (DuckDB/Arrow) and run in the task itself.
 
-Configuration. Precedence is the engine's: defaults < ``CRAWL_*`` env < the run's params. Params left
-empty (null / "") mean "not given", so ``CRAWL_DASK_ADDRESS`` or ``CRAWL_ALLOWED_HOSTS`` set on the
-deployment still apply. A run's ``dask_address`` must be ``CRAWL_DASK_ADDRESS`` or in the operator's
+Configuration. The Params are derived from ``crawl.config.CrawlSettings`` (the one declaration of
+the settings a user gives a crawl; each Param is the config key of the same name). Precedence is the
+engine's: defaults < ``CRAWL_*`` env < the run's params. Params left empty (null / "") mean "not
+given", so ``CRAWL_MAX_PAGES`` or ``CRAWL_ALLOWED_HOSTS`` set on the deployment still apply. A run's
+``dask_address`` (not a crawl setting: where to run) must be ``CRAWL_DASK_ADDRESS`` or in the operator's
 allowlist ``RECRAWL_DASK_ADDRESSES`` (``crawl.cluster.check_run_dask_address``); any other value fails
 the run at once. The crawl root is ``CRAWL_ROOT``, default ``$AIRFLOW_HOME/crawldata``.
 
@@ -50,25 +52,12 @@ from typing import Any
 from airflow.sdk import Param, dag, get_current_context, task
 from airflow.sdk.exceptions import AirflowFailException
 
-from crawl.config import CRAWL_ID_RE
+from crawl.config import SETTING_KEYS, param_specs
 
 log = logging.getLogger(__name__)
 
 REPO = Path(__file__).resolve().parent.parent
 DAG_ID = "recrawl"
-
-# Params whose value goes to load_config under another key (the form says "per host" next to the
-# per-round page budget, so it is the per-round host cap).
-PARAM_TO_CONFIG = {
-    "crawl_id": "crawl_id",
-    "max_pages": "max_pages",
-    "max_pages_per_host": "max_pages_per_host_per_round",
-    "politeness_delay_s": "politeness_delay_s",
-    "max_depth": "max_depth",
-    "coverage_share": "coverage_share",
-    "allowed_hosts": "allowed_hosts",
-    "dask_address": "dask_address",
-}
 
 
 def crawl_root() -> str:
@@ -102,10 +91,10 @@ def schedule_from_env() -> str | None:
 
 
 def config_overrides(params: dict[str, Any]) -> dict[str, Any]:
-    """Map run params to load_config overrides; None and "" mean "not given"."""
+    """Map run params to load_config overrides (same names); None and "" mean "not given"."""
     overrides: dict[str, Any] = {"root": crawl_root()}
-    for name, key in PARAM_TO_CONFIG.items():
-        value = params.get(name)
+    for key in (*SETTING_KEYS, "dask_address"):
+        value = params.get(key)
         if value is None or value == "":
             continue
         overrides[key] = value
@@ -174,29 +163,12 @@ def run_step_subprocess(step: str, cfg: Any, round_no: int, now: datetime) -> di
         "retry_exponential_backoff": 2.0,
         "max_retry_delay": timedelta(minutes=15),
     },
+    # The crawl settings are derived from their one declaration (crawl.config.CrawlSettings): same
+    # titles, descriptions, bounds; optional ones nullable, so the form submits with only the seeds.
     params={
-        "crawl_id": Param(
-            os.environ.get("RECRAWL_CRAWL_ID", "demo"), type="string", pattern=CRAWL_ID_RE.pattern,
-            title="Crawl id", description="lowercase letters, digits, _ and -; one crawl root folder per id",
-        ),
-        "seeds": Param(
-            default_seeds(), type="array", minItems=1, items={"type": "string", "minLength": 1},
-            title="Seed URLs", description="http(s) URLs, one per line; injected when given or when the crawl is new",
-        ),
-        "max_pages": Param(None, type=["null", "integer"], minimum=1, title="Max pages per round",
-                           description="empty = config default"),
-        "max_pages_per_host": Param(None, type=["null", "integer"], minimum=0,
-                                    title="Max pages per host per round",
-                                    description="0 = derived from the round duration and the host delay; empty = config default"),
-        "politeness_delay_s": Param(None, type=["null", "number"], minimum=0,
-                                    title="Politeness delay (s)", description="between requests to one host"),
-        "max_depth": Param(None, type=["null", "integer"], minimum=0, title="Max depth (hops from a seed)"),
-        "coverage_share": Param(None, type=["null", "number"], minimum=0, maximum=1,
-                                title="Coverage share",
-                                description="share of the round budget for never-fetched URLs (0..1)"),
-        "allowed_hosts": Param("", type="string", title="Allowed hosts",
-                               description="regular expression on the host; empty = config default (any host)"),
-        "dask_address": Param("", type="string", title="Dask scheduler address",
+        **{name: Param(**spec) for name, spec in param_specs(
+            seeds_default=default_seeds(), crawl_id_default=os.environ.get("RECRAWL_CRAWL_ID")).items()},
+        "dask_address": Param(None, type=["null", "string"], title="Dask scheduler address",
                               description="empty = CRAWL_DASK_ADDRESS or an embedded LocalCluster; otherwise one "
                                           "of the addresses the operator allows (RECRAWL_DASK_ADDRESSES)"),
     },

@@ -44,9 +44,9 @@ from crawl_auth import CAN_READ, CAN_TRIGGER, DAG_ID, LOGGED_IN
 from fastapi import FastAPI, HTTPException, Query, Request
 from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
 from fastapi.responses import HTMLResponse, StreamingResponse
-from pydantic import BaseModel, Field
+from pydantic import Field
 
-from crawl.config import CRAWL_ID_RE, is_crawl_id
+from crawl.config import CRAWL_ID_RE, is_crawl_id, request_model
 
 CrawlId = Annotated[str, Field(pattern=CRAWL_ID_RE.pattern)]
 BODY_CHUNK = 64 * 1024
@@ -61,18 +61,14 @@ def crawl_root() -> str:
     return str(Path(home) / "crawldata")
 
 
-class CrawlRequest(BaseModel):
-    """The trigger form's fields; omitted ones fall back to the DAG's defaults and ``CRAWL_*`` env."""
-
-    crawl_id: CrawlId
-    seeds: list[str] = Field(min_length=1)
-    max_pages: int | None = Field(default=None, ge=1)
-    max_pages_per_host: int | None = Field(default=None, ge=0)
-    politeness_delay_s: float | None = Field(default=None, ge=0)
-    max_depth: int | None = Field(default=None, ge=0)
-    coverage_share: float | None = Field(default=None, ge=0, le=1)
-    allowed_hosts: str | None = None
-    dask_address: str | None = None
+# The trigger form's fields, derived from the one declaration (crawl.config.CrawlSettings): crawl id
+# and seeds required, the other settings optional (omitted = the DAG's defaults and ``CRAWL_*`` env).
+# ``dask_address`` is not a crawl setting but where to run it: only CRAWL_DASK_ADDRESS or the operator's
+# allowlist is accepted (crawl.cluster.check_run_dask_address).
+CrawlRequest = request_model(
+    "CrawlRequest", "A crawl to start: the recrawl DAG's params (same names and bounds).",
+    extra_fields={"dask_address": (str | None, Field(None, title="Dask scheduler address"))},
+)
 
 
 # FastAPI's own /docs, /redoc and /openapi.json answer anyone; the routes below serve them behind a login.
@@ -151,9 +147,7 @@ def start_crawl(req: CrawlRequest, request: Request, user: GetUserDep) -> dict[s
     from crawl.round import validate_seeds
 
     conf = req.model_dump(exclude_none=True)
-    overrides = {k: v for k, v in conf.items() if k not in ("seeds", "max_pages_per_host") and v != ""}
-    if "max_pages_per_host" in conf:
-        overrides["max_pages_per_host_per_round"] = conf["max_pages_per_host"]
+    overrides = {k: v for k, v in conf.items() if k != "seeds" and v != ""}  # params = config keys
     try:
         overrides["dask_address"] = check_run_dask_address(conf.get("dask_address"))
         cfg = load_config(overrides={**overrides, "root": crawl_root()})

@@ -82,14 +82,14 @@ def test_schedule_from_env(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_params_accept_a_typical_trigger(served_params) -> None:
     resolved = served_params.deep_merge({
         "crawl_id": "news-1", "seeds": ["http://a.example/", "https://b.example/x"], "max_pages": 50,
-        "max_pages_per_host": 10, "politeness_delay_s": 0.5, "max_depth": 3, "coverage_share": 0.25,
-        "allowed_hosts": r"\.example$", "dask_address": "tcp://127.0.0.1:8786",
+        "max_pages_per_host_per_round": 10, "politeness_delay_s": 0.5, "max_depth": 3, "coverage_share": 0.25,
+        "allowed_hosts": r"\.example$",
     }).validate()
     assert resolved["seeds"] == ["http://a.example/", "https://b.example/x"]
     assert resolved["coverage_share"] == 0.25
     # Scheduled runs have no conf: the defaults must validate on their own.
     defaults = served_params.deep_merge(None).validate()
-    assert defaults["seeds"] and defaults["max_pages"] is None and defaults["dask_address"] == ""
+    assert defaults["seeds"] and defaults["max_pages"] is None and defaults["allowed_hosts"] is None
 
 
 @pytest.mark.parametrize(
@@ -119,9 +119,8 @@ def test_config_overrides_treat_empty_as_not_given(module, monkeypatch: pytest.M
 
     monkeypatch.setenv("CRAWL_ROOT", str(tmp_path))
     monkeypatch.setenv("CRAWL_DASK_ADDRESS", "tcp://10.0.0.1:8786")
-    params = {"crawl_id": "c1", "seeds": ["http://a/"], "max_pages": None, "max_pages_per_host": 7,
-              "politeness_delay_s": 0.0, "max_depth": None, "coverage_share": 0.5, "allowed_hosts": "",
-              "dask_address": ""}
+    params = {"crawl_id": "c1", "seeds": ["http://a/"], "max_pages": None, "max_pages_per_host_per_round": 7,
+              "politeness_delay_s": 0.0, "max_depth": None, "coverage_share": 0.5, "allowed_hosts": ""}
     overrides = module.config_overrides(params)
     assert overrides == {"root": str(tmp_path), "crawl_id": "c1", "max_pages_per_host_per_round": 7,
                          "politeness_delay_s": 0.0, "coverage_share": 0.5}
