@@ -186,7 +186,7 @@ def test_start_crawl_refuses_bad_input(server, token: str) -> None:
     # the request model is derived from crawl.config.CrawlSettings, which checks the regex itself
     status, raw, _ = server.request("POST", "/crawl/crawls", {
         "crawl_id": "ok", "seeds": ["http://ok.example/"], "allowed_hosts": "("}, token=token)
-    assert status == 422 and b"allowed_hosts" in raw and b"regular expression" in raw
+    assert status == 422 and b"allowed_hosts" in raw and b"RE2" in raw
 
 
 def test_docs_need_a_login_and_serve_the_schema(server, token: str, viewer: str) -> None:
@@ -228,7 +228,8 @@ def test_pathological_allowed_hosts_answers_at_once(server, token: str) -> None:
     assert json.loads(raw)["detail"]["bad_seeds"] == [{"seed": seed, "reason": "refused by URL filter: out_of_scope"}]
     status, raw, _ = server.request("POST", "/crawl/crawls", {
         "crawl_id": "evil-scope", "seeds": [seed], "allowed_hosts": "^(?!x)(a|aa)+\\1$"}, token=token)
-    assert status == 400 and b"allowed_hosts" in raw and b"RE2" in raw, raw
+    # refused by the request model (derived from crawl.config.CrawlSettings, which compiles it on RE2)
+    assert status == 422 and b"allowed_hosts" in raw and b"RE2" in raw, raw
 
 
 def test_crawl_id_is_matched_whole(server, token: str) -> None:
