@@ -16,6 +16,9 @@ configure_env()  # before anything imports airflow
 
 CRAWL = "plugtest"
 PENDING = "pending"  # seeds injected, no round published yet
+HOSTILE = "hostile"  # one page whose script reports to a canary when it runs
+CRAWLS = sorted([CRAWL, PENDING, HOSTILE])
+CHROMIUM = "/usr/bin/chromium"  # Debian's package; playwright drives it
 
 
 @pytest.fixture(scope="module")
@@ -25,16 +28,82 @@ def site():
     s.close()
 
 
+class HostileSite:
+    """A site whose home page runs a script that requests ``/ran`` from a canary listener on loopback
+    (its own HTTP server): a request there proves a browser ran the page's script."""
+
+    def __init__(self) -> None:
+        import http.server
+        import threading
+
+        outer = self
+        self.canary_hits: list[str] = []
+
+        class Canary(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 - http.server API
+                outer.canary_hits.append(self.path)
+                self.send_response(204)
+                self.end_headers()
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        class Site(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 - http.server API
+                ctype, data = (("text/plain", b"User-agent: *\nAllow: /\n") if self.path == "/robots.txt"
+                               else ("text/html; charset=utf-8", outer.body))
+                self.send_response(200)
+                self.send_header("Content-Type", ctype)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.servers = [http.server.ThreadingHTTPServer(("127.0.0.1", 0), h) for h in (Canary, Site)]
+        for srv in self.servers:
+            srv.daemon_threads = True
+            threading.Thread(target=srv.serve_forever, daemon=True).start()
+        canary_port = self.servers[0].server_address[1]
+        self.port = self.servers[1].server_address[1]
+        # the address is built by the script, so the crawler's link extraction never sees it
+        self.body = ("<!doctype html><html><head><title>hostile</title></head><body><p>hello</p><script>"
+                     f"new Image().src = 'http://127.0.0.1:' + {canary_port} + '/ran';</script></body></html>"
+                     ).encode()
+
+    url = "http://www.hostile.test/"
+
+    @property
+    def resolve_rule(self) -> str:
+        return f"*.hostile.test=127.0.0.1:{self.port}"
+
+    def close(self) -> None:
+        for srv in self.servers:
+            srv.shutdown()
+            srv.server_close()
+
+
 @pytest.fixture(scope="module")
-def root(tmp_path_factory, site) -> Path:
-    """One real round of the engine (CLI, embedded Dask) into a private crawl root."""
+def hostile():
+    h = HostileSite()
+    yield h
+    h.close()
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory, site, hostile) -> Path:
+    """Real rounds of the engine (CLI, embedded Dask) into a private crawl root."""
     root = tmp_path_factory.mktemp("plugroot")
-    proc = subprocess.run(
-        [sys.executable, "-m", "crawl", "round", "--root", str(root), "--crawl-id", CRAWL,
-         "--resolve", site.resolve_rule, "--delay", "0", "--seeds", *site.seed_urls(2)],
-        cwd=str(REPO), capture_output=True, text=True, timeout=300, check=False,
-    )
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    procs = [subprocess.Popen(  # two crawls, side by side (one crawl root, separate crawl ids)
+        [sys.executable, "-m", "crawl", "round", "--root", str(root), "--crawl-id", crawl_id,
+         "--resolve", rule, "--delay", "0", "--workers", "1", "--seeds", *seeds],
+        cwd=str(REPO), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    ) for crawl_id, rule, seeds in ((CRAWL, site.resolve_rule, site.seed_urls(2)),
+                                    (HOSTILE, hostile.resolve_rule, [hostile.url]))]
+    for proc in procs:
+        _, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, err[-2000:]
     proc = subprocess.run(
         [sys.executable, "-m", "crawl", "inject", "--root", str(root), "--crawl-id", PENDING,
          "--seeds", *site.seed_urls(2)],
@@ -115,7 +184,7 @@ def test_crawl_summary_matches_duckdb(server, token: str, root: Path) -> None:
     assert summary["crawl_id"] == CRAWL and summary["last_round"] == 1
     assert (summary["known"], summary["fetched"]) == (known, fetched)
     assert fetched == 2 and known > 2
-    assert _json(server.request("GET", "/crawl/crawls", token=token)) == {"crawls": sorted([CRAWL, PENDING])}
+    assert _json(server.request("GET", "/crawl/crawls", token=token)) == {"crawls": CRAWLS}
 
 
 def test_unknown_or_bad_crawl_ids(server, token: str) -> None:
@@ -189,6 +258,53 @@ def test_start_crawl_refuses_bad_input(server, token: str) -> None:
     assert status == 422 and b"allowed_hosts" in raw and b"RE2" in raw
 
 
+def test_a_browser_downloads_a_stored_page_and_never_runs_it(server, token: str, hostile) -> None:
+    """Real Chromium, logged in by the UI's cookie: the stored hostile page comes as a download, its
+    script never runs on the Airflow origin; the same page served by its own site does run (control)."""
+    from urllib.parse import quote
+
+    from playwright.sync_api import Error as PlaywrightError
+    from playwright.sync_api import sync_playwright
+
+    def canary_after(page, action) -> list[str]:
+        """Canary hits after ``action``, then after a control visit that does run the script: the control's
+        hit arrives after any the action caused, so no fixed sleep decides a negative."""
+        hostile.canary_hits.clear()
+        action()
+        page.goto(f"http://127.0.0.1:{hostile.port}/")
+        page.wait_for_function("() => performance.getEntriesByType('resource').some(e => e.name.endsWith('/ran'))")
+        for _ in range(100):  # the control's own request reaches the canary shortly after
+            if hostile.canary_hits:
+                break
+            page.wait_for_timeout(100)
+        return list(hostile.canary_hits)
+
+    api_url = f"{server.url}/crawl/pages?url={quote(hostile.url, safe='')}&crawl_id={HOSTILE}&body=1"
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        try:
+            ctx = browser.new_context(accept_downloads=True)
+            ctx.add_cookies([{"name": "_token", "value": token, "url": server.url}])
+            page = ctx.new_page()
+            assert canary_after(page, lambda: None) == ["/ran"]  # the script works in this browser
+            downloads = []
+
+            def open_body() -> None:
+                with page.expect_download() as info:
+                    try:
+                        page.goto(api_url)
+                    except PlaywrightError as exc:  # a download aborts the navigation
+                        assert "download" in str(exc).lower() or "aborted" in str(exc).lower(), exc
+                downloads.append(info.value)
+
+            assert canary_after(page, open_body) == ["/ran"]  # the control's hit only
+            download = downloads[0]
+            assert Path(download.path()).read_bytes() == hostile.body  # what was stored, byte for byte
+            assert download.suggested_filename.startswith(f"{HOSTILE}-") and download.suggested_filename.endswith(".bin")
+        finally:
+            browser.close()
+
+
 def test_docs_need_a_login_and_serve_the_schema(server, token: str, viewer: str) -> None:
     for tok in (token, viewer):  # a login is enough, whatever the role
         status, raw, _ = server.request("GET", "/crawl/openapi.json", token=tok)
@@ -202,7 +318,7 @@ def test_docs_need_a_login_and_serve_the_schema(server, token: str, viewer: str)
 
 
 def test_viewer_reads_but_cannot_start_a_crawl(server, viewer: str) -> None:
-    assert _json(server.request("GET", "/crawl/crawls", token=viewer)) == {"crawls": sorted([CRAWL, PENDING])}
+    assert _json(server.request("GET", "/crawl/crawls", token=viewer)) == {"crawls": CRAWLS}
     assert server.request("GET", f"/crawl/crawls/{CRAWL}", token=viewer)[0] == 200
     assert server.request("GET", "/crawl/pages?url=http://www.alpha.test/&body=1", token=viewer)[0] == 200
     assert server.request("GET", "/crawl/summary", token=viewer)[0] == 200
