@@ -76,6 +76,22 @@ class SimWeb:
         assert status == 200, data
         return json.loads(data)
 
+    def flush_log(self) -> int:
+        """Make the server write out its access log now (``POST /_sim/flush``); returns its line count.
+
+        Every request answered before this call is then in the file: read it after this, never after a
+        sleep (the background flush runs only twice a second)."""
+        status, _, data = self.request(self.base + "/_sim/flush", "POST")
+        assert status == 200, data
+        return json.loads(data)["lines"]
+
+    def log(self) -> pa.Table:
+        """The access log as a table, flushed first (see :meth:`flush_log`)."""
+        from crawl.simweb.accesslog import read_log
+
+        self.flush_log()
+        return read_log(self.access_log)
+
     def stats(self) -> dict:
         return json.loads(self.request(self.base + "/_sim/stats")[2])
 

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import random
 import time
+from collections import Counter
 from datetime import UTC, datetime
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -73,13 +75,23 @@ def last_rows(out: FetchOutput) -> dict[str, dict]:
 
 def log_for(sw, hosts: set[str], since: float = 0.0) -> list[dict]:
     """Our requests to ``hosts`` in the server's access log that started after ``since`` (epoch s)."""
-    time.sleep(1.3)  # the server flushes its access log at least once a second
-    log = read_log(sw.access_log).to_pylist()
+    log = sw.log().to_pylist()  # flushed by the server on request: complete up to now
     return [r for r in log if r["host"] in hosts and r["user_agent"].startswith("RecrawlBot")
             and r["start"] >= since]
 
 
+def _target(url: str) -> tuple[str, str]:
+    p = urlsplit(url)
+    return p.hostname or "", (p.path or "/") + (f"?{p.query}" if p.query else "")
+
+
+def _sent(out: FetchOutput) -> list[dict]:
+    """Rows of attempts that reached the server: an HTTP answer, or a timeout after sending."""
+    return [r for r in out.fetches.to_pylist() if (r["http_status"] or 0) > 0 or r["error"] == "timeout"]
+
+
 def report_for(sw, hosts: set[str]) -> dict[str, dict]:
+    sw.flush_log()
     return {r["host"]: r for r in politeness_report(sw.access_log, user_agent_like=UA_LIKE).to_pylist()
             if r["host"] in hosts}
 
@@ -168,6 +180,9 @@ def test_politeness_and_robots_variants(simweb, tmp_path: Path) -> None:
         else:
             assert row["status"] in ("fetched", "redirect"), row
             assert (host, path) in requested
+    # the log those absences were read from is complete: it holds exactly the requests the task recorded
+    assert Counter(_target(r["url"]) for r in _sent(out) if U.host_of(r["url"]) in ROBOTS_HOSTS) == \
+        Counter((r["host"], r["path"]) for r in log_for(sw, set(ROBOTS_HOSTS), since))
     # 404 robots = allow all; BOM file still parsed (its /private/ rule holds)
     assert any(r["status"] == "fetched" for u, r in rows.items() if "archive-002" in u)
     assert any(r["status"] == "robots_denied" for u, r in rows.items() if "news-005" in u)
@@ -196,12 +211,12 @@ def test_politeness_and_robots_variants(simweb, tmp_path: Path) -> None:
     assert out.robots_rows.schema == ROBOTS_CACHE_SCHEMA
     cached_hosts = set(out.robots_rows["host"].to_pylist())
     assert "archive-002.sim.test" in cached_hosts and "news-006.sim.test" not in cached_hosts
-    before = len(read_log(sw.access_log))
+    since = time.time()
     out2 = run(cfg, host_urls(sw, "news-003.sim.test", 2), tmp_path, "r1/p1", robots_cache=out.robots_rows)
     assert out2.stats.get("robots_requests", 0) == 0 and out2.stats["robots_cached"] == 1
-    time.sleep(1.3)
-    new = read_log(sw.access_log).to_pylist()[before:]
-    assert "/robots.txt" not in {r["path"] for r in new if r["host"] == "news-003.sim.test"}
+    new = log_for(sw, {"news-003.sim.test"}, since)
+    assert "/robots.txt" not in {r["path"] for r in new}
+    assert Counter((r["host"], r["path"]) for r in new) == Counter(_target(r["url"]) for r in _sent(out2))
 
     # WARC offsets in the rows point at the right records
     assert check_warc(out, tmp_path) >= {"r1/p0-warc.warc.gz", "r1/p0-robotstxt.warc.gz"}
@@ -309,7 +324,7 @@ def test_private_address_guard(simweb, tmp_path: Path) -> None:
     out = run(allowed, [url], tmp_path, "r1/p1")
     assert last_rows(out)[url]["status"] == "fetched"
     # robots.txt fetched fresh and allowing: /sitemap.xml (none named) is asked too, nothing else
-    assert {r["path"] for r in log_for(sw, {"127.0.0.1"})} == {"/", "/robots.txt", "/sitemap.xml"}
+    assert sorted(r["path"] for r in log_for(sw, {"127.0.0.1"})) == ["/", "/robots.txt", "/sitemap.xml"]
     # a name that resolves to loopback (no rule) is refused inside the resolver; allow_private_networks lifts it
     local = [f"http://localhost:{sw.port}/", f"http://localhost:{sw.port}/x"]
     rows = last_rows(run(cfg_for(sw), local, tmp_path, "r1/p2"))

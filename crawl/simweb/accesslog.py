@@ -3,7 +3,9 @@
 Politeness is measured where it matters, at the server: every request is one JSON line with the host,
 path, real start and end times, status, bytes and ``in_flight`` (requests to that host in progress when
 this one started, including itself). Lines are buffered in memory and written by a background flush at
-least once a second and on shutdown, so logging costs microseconds per request.
+least once a second, on shutdown, and on request (``POST /_sim/flush``: a reader that must see every
+request answered so far, e.g. a "never requested" check, asks for it instead of sleeping), so logging
+costs microseconds per request.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ class AccessLog:
     def __init__(self, path: str | os.PathLike[str] | None):
         self.path = Path(path) if path else None
         self._buf: list[str] = []
+        self.lines = 0  # lines written to the file so far
         self._fh = open(self.path, "a", encoding="utf-8") if self.path else None  # noqa: SIM115
 
     def write(self, record: dict) -> None:
@@ -33,6 +36,7 @@ class AccessLog:
             lines, self._buf = self._buf, []
             self._fh.write("\n".join(lines) + "\n")
             self._fh.flush()
+            self.lines += len(lines)
 
     def close(self) -> None:
         self.flush()

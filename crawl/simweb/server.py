@@ -1,7 +1,7 @@
 """The simulated web over HTTP: one aiohttp app on 127.0.0.1 serving every virtual host.
 
 The ``Host`` header picks the virtual host (case-insensitive, port ignored); an unknown host gets an
-index of hosts. ``/_sim/`` on any host is the control surface (clock, stats), never linked from pages.
+index of hosts. ``/_sim/`` on any host is the control surface (clock, stats, access-log flush), never linked from pages.
 Everything slow or endless (robots timeout, slowloris stall, endless body, huge body) is bounded in time,
 stops when the client goes away, and is cancelled by a clean shutdown, so a test can never hang on it.
 """
@@ -387,6 +387,10 @@ class SimServer:
                 "params": {"seed": self.m.params.seed, "hosts": self.m.params.hosts,
                            "pages_per_host": self.m.params.pages_per_host, "epoch0": self.m.params.epoch0},
             })
+        if path == "/_sim/flush" and request.method == "POST":
+            # every request answered before this one is in the file when the answer arrives
+            self.log.flush()
+            return web.json_response({"lines": self.log.lines})
         if path == "/_sim/seeds":
             n = int(request.query.get("n", "5"))
             return web.json_response(self.m.seed_urls(n))
