@@ -630,7 +630,7 @@ class _Fetcher:
             self.rows.append(row)
             break
         h.policy = policy_from_response(status, body, cfg.robots_max_bytes, cfg.robots_agent)
-        if status is not None and status < 500:
+        if not h.policy.defer_host:  # an unavailable robots.txt (5xx, 429, unreachable) is not cached
             self.robots_rows.append({"host": h.host, "fetched_at": self.wall(), "status": status,
                                      "body": body})
         self.apply_policy(h)

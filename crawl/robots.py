@@ -213,12 +213,13 @@ def policy_from_response(
     """Build the host's policy from the final robots.txt answer (after the fetcher followed 3xx).
 
     RFC 9309 §2.3.1: 2xx -> parse the first ``max_bytes``; 4xx (and a 3xx the fetcher could not
-    resolve) -> allow all; 5xx or None (timeout, unreachable) -> disallow all and defer the host, so
-    its URLs are retried in a later round rather than marked denied.
+    resolve) -> allow all; 5xx, 429 or None (timeout, unreachable) -> disallow all and defer the
+    host, so its URLs are retried in a later round rather than marked denied. 429 is the server
+    asking us to slow down, not "there is no robots.txt": treated like 5xx, never as allow-all.
     """
     token = product_token(agent)
     p = RobotsPolicy(status=status, body=body, max_bytes=max_bytes, agent=agent, _token=token)
-    if status is None or status >= 500:
+    if status is None or status >= 500 or status == 429:
         p.disallow_all = True
         p.defer_host = True
     elif 200 <= status < 300:

@@ -39,6 +39,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="bound of slowloris / endless / huge bodies (default 120)")
     s.add_argument("--robots-timeout-seconds", type=float, default=60.0,
                    help="how long the timeout robots.txt host waits before answering (default 60)")
+    s.add_argument("--canary-port", type=int, default=None,
+                   help="serve the SSRF bait hosts (ssrf*.sim.test), their links aimed at this port")
     t = sub.add_parser("truth", help="write the ground truth as Parquet")
     _common(t)
     t.add_argument("--out", required=True, help="output .parquet file")
@@ -63,7 +65,8 @@ def main(argv: list[str] | None = None) -> int:
             loop.add_signal_handler(sig, stop.set)
         ready: asyncio.Future = loop.create_future()
         task = asyncio.create_task(run(model, a.port, a.access_log, a.bind, clock, stop, ready,
-                                       stall_s=a.stall_seconds, robots_timeout_s=a.robots_timeout_seconds))
+                                       stall_s=a.stall_seconds, robots_timeout_s=a.robots_timeout_seconds,
+                                       canary_port=a.canary_port))
         done, _ = await asyncio.wait({task, ready}, return_when=asyncio.FIRST_COMPLETED)
         if ready in done:
             port, _srv = ready.result()

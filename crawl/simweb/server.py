@@ -23,6 +23,7 @@ from crawl.simweb import model as M
 from crawl.simweb.accesslog import AccessLog
 from crawl.simweb.clock import VirtualClock
 from crawl.simweb.render import Renderer, _iso, _png
+from crawl.simweb.ssrf import SsrfSite
 
 TRAP_PREFIXES = ("/calendar", "/rep/", "/more/", "/session/", "/facets")
 SITEMAP_CHUNK = 20
@@ -51,8 +52,11 @@ class SimServer:
     """Request handling over a :class:`~crawl.simweb.model.Model`; ``app`` is the aiohttp application."""
 
     def __init__(self, model: M.Model, clock: VirtualClock | None = None, access_log: AccessLog | None = None,
-                 stall_s: float = 120.0, robots_timeout_s: float = 60.0, slow_s: float = 3.0):
+                 stall_s: float = 120.0, robots_timeout_s: float = 60.0, slow_s: float = 3.0,
+                 canary_port: int | None = None):
         self.m = model
+        # SSRF bait hosts (crawl.simweb.ssrf), only when a test runs a canary on that port
+        self.ssrf = SsrfSite(canary_port, model.seed_urls(3)) if canary_port else None
         self.clock = clock or VirtualClock()
         self.log = access_log or AccessLog(None)
         self.renderer = Renderer(model)
@@ -106,6 +110,8 @@ class SimServer:
         path, _, query = raw.partition("?")
         if path.startswith("/_sim/"):
             return await self.control(request, path)
+        if self.ssrf is not None and self.ssrf.owns(hostname):
+            return self.ssrf.handle(hostname, path)
         host = self.m.host_of(hostname)
         if host is None:
             return self.index()
@@ -404,10 +410,12 @@ class SimServer:
 
 async def run(model: M.Model, port: int = 0, access_log: str | None = None, bind: str = "127.0.0.1",
               clock: VirtualClock | None = None, stop: asyncio.Event | None = None,
-              ready: asyncio.Future | None = None, stall_s: float = 120.0, robots_timeout_s: float = 60.0) -> None:
+              ready: asyncio.Future | None = None, stall_s: float = 120.0, robots_timeout_s: float = 60.0,
+              canary_port: int | None = None) -> None:
     """Serve until ``stop`` is set (or SIGTERM/SIGINT when run from the CLI); flush the log at least 1/s."""
     log = AccessLog(access_log)
-    srv = SimServer(model, clock=clock, access_log=log, stall_s=stall_s, robots_timeout_s=robots_timeout_s)
+    srv = SimServer(model, clock=clock, access_log=log, stall_s=stall_s, robots_timeout_s=robots_timeout_s,
+                    canary_port=canary_port)
     runner = web.AppRunner(srv.app, handler_cancellation=True, shutdown_timeout=1.0, access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, bind, port)
