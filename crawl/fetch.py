@@ -42,7 +42,6 @@ from contextlib import ExitStack
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
-from urllib.parse import urlsplit
 
 import aiohttp
 import pyarrow as pa
@@ -57,12 +56,7 @@ from crawl.robots import RobotsPolicy, policy_from_response
 from crawl.warc import RecordRef, WarcFile
 
 # Rows of the robots.txt TTL cache kept in crawl state (one per host and fetch).
-ROBOTS_CACHE_SCHEMA = pa.schema([
-    ("host", pa.string()),
-    ("fetched_at", R.TS),
-    ("status", pa.int32()),
-    ("body", pa.binary()),
-])
+ROBOTS_CACHE_SCHEMA = R.ROBOTS_CACHE_SCHEMA
 
 SUBSET_WARC = "warc"
 SUBSET_DIAG = "crawldiagnostics"
@@ -147,8 +141,14 @@ class _Slot:
 
 @dataclass
 class _Host:
-    host: str
-    origin: str  # scheme://netloc of the host's first URL, where robots.txt is asked for
+    """One origin (scheme + host + port, RFC 9309 §2.3): its robots.txt, URL queue and error count.
+
+    Several origins of one server (``http://h``, ``https://h``, ``http://h:8080``) each ask their own
+    robots.txt but share the politeness slot of their key (the host by default).
+    """
+
+    host: str  # the host as the URL model gives it (the fetch rows' host column)
+    origin: str  # scheme://host[:port] from the URL model, where robots.txt is asked for
     slot: _Slot
     queue: deque[_Job] = field(default_factory=deque)
     delay: float = 0.0
@@ -223,18 +223,36 @@ def _row(job: _Job, host: str, fetch_time: datetime, status: str, **kw: Any) -> 
 
 
 def _fresh_robots(cache: pa.Table | None, now: datetime, ttl_s: float) -> dict[str, tuple[int, bytes]]:
-    """Latest fresh cached robots answer per host (vectorised filter, then a small dict)."""
-    if cache is None or cache.num_rows == 0:
+    """Latest fresh cached robots answer per origin (vectorised filter, then a small dict)."""
+    if cache is None or cache.num_rows == 0 or "origin" not in cache.column_names:
         return {}
     cutoff = pa.scalar(now - timedelta(seconds=ttl_s), R.TS)
     fresh = cache.filter(pc.and_(pc.greater(cache["fetched_at"].cast(R.TS), cutoff),
                                  pc.is_valid(cache["status"])))
-    fresh = fresh.sort_by([("host", "ascending"), ("fetched_at", "descending")])
+    fresh = fresh.sort_by([("origin", "ascending"), ("fetched_at", "descending")])
     out: dict[str, tuple[int, bytes]] = {}
-    for h, s, b in zip(fresh["host"].to_pylist(), fresh["status"].to_pylist(),
+    for h, s, b in zip(fresh["origin"].to_pylist(), fresh["status"].to_pylist(),
                        fresh["body"].to_pylist(), strict=True):
         out.setdefault(h, (s, b or b""))
     return out
+
+
+def _origin(url: str, host: str | None) -> str | None:
+    """``scheme://host[:port]`` of ``url`` by the URL model; None if the model refuses the URL.
+
+    Shortcut for the usual canonical URL ``scheme://host/...`` whose host column is spelled as in the
+    URL (no userinfo, no port, no case difference): the prefix is the origin, no parse needed.
+    """
+    if host and "@" not in host:
+        for scheme in ("http://", "https://"):
+            if url.startswith(scheme) and url.startswith(host, len(scheme)):
+                end = len(scheme) + len(host)
+                if len(url) == end or url[end] in "/?#":
+                    return url[:end]
+    try:
+        return U.origin_of(url)
+    except U.InvalidURL:
+        return None
 
 
 _NO_SLOT = _Slot(key="")  # placeholder until build_slots groups the hosts by politeness key
@@ -253,8 +271,10 @@ class _Fetcher:
         self.rows: list[dict[str, Any]] = []
         self.robots_rows: list[dict[str, Any]] = []
         self.sitemap_parts: list[pa.Table] = []
-        self.hosts: dict[str, _Host] = {}
-        self.slots: dict[str, _Slot] = {}
+        self.hosts: dict[str, _Host] = {}  # by origin
+        self.slots: dict[str, _Slot] = {}  # by politeness key
+        self.pkeys: dict[str, str] = {}  # host -> politeness key given by the frontier (fetch list)
+        self.foreign: dict[str, _Slot] = {}  # keys this task reaches only by a robots.txt redirect
         self.heap: list[tuple[float, int, str]] = []
         self.seq = 0
         self.stats: Counter[str] = Counter()
@@ -278,33 +298,55 @@ class _Fetcher:
 
     # -- setup --------------------------------------------------------------------------------
     def load(self, fetchlist: pa.Table, robots_cache: pa.Table | None) -> None:
-        cols = fetchlist.select(["url", "url_hash", "host", "depth", "etag", "last_modified"])
+        """Group the fetch list by origin (robots.txt scope) and remember each host's politeness key.
+
+        The origin comes from the URL model; the common case (``scheme://host/...`` with the host
+        column's spelling, which canonical URLs have) is recognised by a prefix test instead of a
+        parse per URL. A URL the model refuses gets an ``invalid_url`` row and is not fetched.
+        """
+        names = ["url", "url_hash", "host", "depth", "etag", "last_modified"]
+        pk = fetchlist.column("pkey").to_pylist() if "pkey" in fetchlist.column_names else None
+        cols = [c.to_pylist() for c in fetchlist.select(names).columns]
         cached = _fresh_robots(robots_cache, self.now0, self.cfg.robots_ttl_s)
-        for url, uh, host, depth, etag, lm in zip(*(c.to_pylist() for c in cols.columns), strict=True):
-            h = self.hosts.get(host)
+        for i, (url, uh, host, depth, etag, lm) in enumerate(zip(*cols, strict=True)):
+            job = _Job(url, uh, depth if depth is not None else 0, etag, lm)
+            origin = _origin(url, host)
+            if origin is None:
+                self.rows.append(_row(job, host, self.now0, R.FILTERED, error="invalid_url",
+                                      subset=SUBSET_DIAG))
+                continue
+            if pk is not None and pk[i] and host not in self.pkeys:
+                self.pkeys[host] = pk[i]
+            h = self.hosts.get(origin)
             if h is None:
-                parts = urlsplit(url)
-                h = _Host(host=host, origin=f"{parts.scheme}://{parts.netloc}", slot=_NO_SLOT,
-                          delay=self.cfg.politeness_delay_s,
-                          rng=random.Random(zlib.crc32(host.encode())))
-                if host in cached:
-                    st, body = cached[host]
+                h = _Host(host=host, origin=origin, slot=_NO_SLOT, delay=self.cfg.politeness_delay_s,
+                          rng=random.Random(zlib.crc32(origin.encode())))
+                if origin in cached:
+                    st, body = cached[origin]
                     h.policy = policy_from_response(st, body, self.cfg.robots_max_bytes,
                                                     self.cfg.robots_agent)
                     self.stats["robots_cached"] += 1
-                self.hosts[host] = h
-            h.queue.append(_Job(url, uh, depth if depth is not None else 0, etag, lm))
+                self.hosts[origin] = h
+            h.queue.append(job)
         self.stats["input_urls"] = fetchlist.num_rows
-        self.stats["hosts"] = len(self.hosts)
+        self.stats["hosts"] = len({h.host for h in self.hosts.values()})
+        self.stats["origins"] = len(self.hosts)
+
+    def key_of_host(self, host: str) -> str:
+        """The politeness key of ``host``: the frontier's (fetch list ``pkey``, so a task's queues are
+        exactly its partition's keys), else derived by the same rule (:func:`crawl.url.politeness_key`)."""
+        key = self.pkeys.get(host)
+        if key is None:
+            mode = "host" if self.cfg.politeness_key == "ip" else self.cfg.politeness_key
+            key = self.pkeys[host] = U.politeness_key(f"http://{host}/", mode) or host
+        return key
 
     async def _politeness_keys(self) -> dict[str, str]:
         """host -> politeness key. ``ip`` resolves each host once (override rules need no lookup);
         a host that does not resolve keeps its own key (its requests fail as ``dns`` anyway)."""
-        mode = self.cfg.politeness_key
-        if mode == "host":
-            return {name: name for name in self.hosts}
-        if mode == "domain":
-            return {name: U.registered_domain(name) or name for name in self.hosts}
+        hosts = {h.host for h in self.hosts.values()}
+        if self.cfg.politeness_key != "ip":
+            return {name: self.key_of_host(name) for name in hosts}
         keys: dict[str, str] = {}
         sem = asyncio.Semaphore(32)
 
@@ -327,12 +369,13 @@ class _Fetcher:
             except Exception:  # noqa: BLE001 - unresolved: polite on its own, fails later as dns
                 keys[name] = name
 
-        await asyncio.gather(*(one(n) for n in self.hosts))
+        await asyncio.gather(*(one(n) for n in hosts))
+        self.pkeys.update(keys)
         return keys
 
     def build_slots(self, keys: Mapping[str, str]) -> None:
-        for name, h in self.hosts.items():
-            key = keys.get(name, name)
+        for h in self.hosts.values():
+            key = keys.get(h.host, h.host)
             s = self.slots.get(key)
             if s is None:
                 s = self.slots[key] = _Slot(key=key, delay=self.cfg.politeness_delay_s)
@@ -510,8 +553,12 @@ class _Fetcher:
             s.next_at = max(s.next_at, s.last_answer + s.delay + _GAP_MARGIN_S)
 
     # -- one request --------------------------------------------------------------------------
-    async def _request(self, h: _Host, url: str, headers: dict[str, str], cap: int) -> _Response:
-        s = h.slot
+    async def _request(self, h: _Host, url: str, headers: dict[str, str], cap: int,
+                       slot: _Slot | None = None) -> _Response:
+        """One GET, no redirects followed; ``slot`` (default the origin's) is the politeness queue
+        the request counts against (a robots.txt redirect to another host counts against that
+        host's)."""
+        s = slot or h.slot
         body = bytearray()
         truncated: str | None = None
         resp: aiohttp.ClientResponse | None = None
@@ -587,6 +634,43 @@ class _Fetcher:
         s.last_start = self.mono()
         s.next_at = s.last_start + s.delay + (_GAP_MARGIN_S if s.delay > 0 else 0.0)
 
+    def _slot_of_url(self, url: str) -> _Slot | None:
+        """The politeness slot a request to ``url`` counts against (None: the URL model refuses it).
+
+        A key this task does not own gets a slot of its own here (``self.foreign``), so repeated
+        robots.txt redirects from this task to one host keep that host's gap too.
+        """
+        try:
+            host = U.host_of(url)
+        except U.InvalidURL:
+            return None
+        key = self.key_of_host(host)
+        s = self.slots.get(key) or self.foreign.get(key)
+        if s is None:
+            s = self.foreign[key] = _Slot(key=key, delay=self.cfg.politeness_delay_s)
+        return s
+
+    async def _acquire(self, s: _Slot) -> bool:
+        """Take a start on another key's slot: wait for its gap and a free in-flight place (the
+        dispatcher sees ``in_flight`` and keeps off meanwhile). False if that takes longer than one
+        request may (two hosts whose robots.txt redirect to each other must not wait for each
+        other forever) or the deadline comes first."""
+        limit = self.cfg.max_in_flight_per_host
+        until = min(self.deadline_s, self.mono() + s.delay + self.cfg.total_timeout_s)
+        while s.in_flight >= limit or s.next_at > self.mono():
+            if self.mono() >= until:
+                return False
+            await asyncio.sleep(max(0.001, min(s.next_at - self.mono(), 0.05)))
+        s.in_flight += 1
+        s.last_start = self.mono()
+        s.next_at = s.last_start + s.delay + (_GAP_MARGIN_S if s.delay > 0 else 0.0)
+        return True
+
+    def _release(self, s: _Slot) -> None:
+        s.in_flight -= 1
+        if s.hosts:  # a slot of this task: let the dispatcher start its next URL
+            self.push(s)
+
     # -- robots.txt ---------------------------------------------------------------------------
     async def _robots(self, h: _Host, job: _Job) -> None:
         cfg = self.cfg
@@ -594,13 +678,24 @@ class _Fetcher:
         status: int | None = None
         body: bytes | None = None
         for hop in range(ROBOTS_MAX_REDIRECTS + 1):
-            if hop:  # a redirect hop is a request to the host too: obey the gap
-                await self._gap(h)
+            other: _Slot | None = None  # the slot of another politeness key a hop goes to
+            if hop:  # a redirect hop is a request too: obey the gap of the host it goes to
+                target = self._slot_of_url(url)
+                if target is None or target is h.slot:
+                    await self._gap(h)
+                elif await self._acquire(target):
+                    other = target
+                    self.stats["robots_redirect_other_key"] += 1
+                else:
+                    self.rows.append(_row(_Job(url, U.url_hash(url), 0), h.host, self.wall(), R.RETRY,
+                                          error="robots_redirect_busy", subset=SUBSET_ROBOTS))
+                    status, body = None, None
+                    break
             t = self.wall()
             rjob = _Job(url, U.url_hash(url), 0)
             self.stats["robots_requests"] += 1
             try:
-                r = await self._request(h, url, {}, cfg.robots_max_bytes)
+                r = await self._request(h, url, {}, cfg.robots_max_bytes, slot=other)
             except Exception as exc:  # noqa: BLE001 - every failure is an answer: "unreachable"
                 code = classify_error(exc)
                 if code == "private_address" and hop == 0:  # the host itself is refused
@@ -614,6 +709,9 @@ class _Fetcher:
                 self.rows.append(_row(rjob, h.host, t, R.RETRY, error=code, subset=SUBSET_ROBOTS))
                 status, body = None, None
                 break
+            finally:
+                if other is not None:
+                    self._release(other)
             row = _row(rjob, h.host, t, R.FETCHED if 200 <= r.status < 300 else R.HTTP_ERROR,
                        http_status=r.status, content_type=_header(r.headers, "content-type"),
                        content_length=len(r.body), truncated=r.truncated, subset=SUBSET_ROBOTS,
@@ -631,8 +729,8 @@ class _Fetcher:
             break
         h.policy = policy_from_response(status, body, cfg.robots_max_bytes, cfg.robots_agent)
         if not h.policy.defer_host:  # an unavailable robots.txt (5xx, 429, unreachable) is not cached
-            self.robots_rows.append({"host": h.host, "fetched_at": self.wall(), "status": status,
-                                     "body": body})
+            self.robots_rows.append({"origin": h.origin, "host": h.host, "fetched_at": self.wall(),
+                                     "status": status, "body": body})
         self.apply_policy(h)
         if cfg.sitemaps and not h.closed:
             self._queue_sitemaps(h, h.policy.sitemaps or [h.origin + "/sitemap.xml"])
@@ -804,8 +902,7 @@ class _Fetcher:
             return
         self.rows.append(_row(job, h.host, t, R.REDIRECT, redirect_location=target, **base))
         canon = U.canonicalize(target, self.cfg.tracking_params) or target
-        parts = urlsplit(canon)
-        if (parts.hostname or "").lower() != h.host.lower():
+        if _origin(canon, h.host) != h.origin:  # another origin has its own robots.txt to ask first
             self.stats["redirect_cross_host"] += 1
             return  # a new URL for the CrawlDb (update turns redirect rows into links)
         hop = _Job(canon, U.url_hash(canon), job.depth, hops=job.hops + 1)

@@ -22,6 +22,17 @@ FETCHLIST_SCHEMA = pa.schema([
     ("etag", pa.string()),           # from the last capture, for conditional GET
     ("last_modified", pa.string()),  # HTTP-date from the last capture
     ("prev_digest", pa.string()),    # payload digest of the last capture
+    ("pkey", pa.string()),           # politeness key the frontier partitioned by (the fetcher's queue key)
+])
+
+# The robots.txt cache kept in crawl state: the latest usable answer per origin (RFC 9309 §2.3: a
+# robots.txt applies to one scheme + host + port). ``host`` is kept for per-host lookups (Crawl-delay).
+ROBOTS_CACHE_SCHEMA = pa.schema([
+    ("origin", pa.string()),
+    ("host", pa.string()),
+    ("fetched_at", TS),
+    ("status", pa.int32()),
+    ("body", pa.binary()),
 ])
 
 # Fetch status values written by fetch.py (and carried into the CrawlDb by update).

@@ -125,15 +125,16 @@ def _host_delays(cfg: CrawlConfig, store: Store, version: int) -> pa.Table | Non
     cache = load_robots_cache(store, version)
     if cache is None or cache.num_rows == 0:
         return None
-    hosts, delays = [], []
+    # robots.txt is per origin; a host's cap follows the strictest Crawl-delay of its origins
+    worst: dict[str, float] = {}
     for host, status, body in zip(cache.column("host").to_pylist(), cache.column("status").to_pylist(),
                                   cache.column("body").to_pylist(), strict=True):
         if status and 200 <= status < 300 and body:
             d = crawl_delay(decode_robots(body, cfg.robots_max_bytes), cfg.user_agent)
             if d:
-                hosts.append(host)
-                delays.append(float(d))
-    return pa.table({"host": pa.array(hosts, pa.string()), "delay_s": pa.array(delays, pa.float64())})
+                worst[host] = max(worst.get(host, 0.0), float(d))
+    return pa.table({"host": pa.array(list(worst), pa.string()),
+                     "delay_s": pa.array(list(worst.values()), pa.float64())})
 
 
 def generate(cfg: CrawlConfig, now: datetime | None = None) -> dict[str, Any]:

@@ -16,15 +16,16 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from crawl.config import CrawlConfig
-from crawl.records import FETCH_SCHEMA, FETCHLIST_SCHEMA, LINK_SCHEMA, PAGE_SCHEMA, SITEMAP_SCHEMA
+from crawl.records import (
+    FETCH_SCHEMA,
+    FETCHLIST_SCHEMA,
+    LINK_SCHEMA,
+    PAGE_SCHEMA,
+    ROBOTS_CACHE_SCHEMA,
+    SITEMAP_SCHEMA,
+)
 from crawl.store import Store
 
-ROBOTS_CACHE_SCHEMA = pa.schema([
-    ("host", pa.string()),
-    ("fetched_at", pa.timestamp("ms", tz="UTC")),
-    ("status", pa.int32()),
-    ("body", pa.binary()),
-])
 # Fetch rows of crawler-control files (robots.txt, sitemaps): fetched like pages, but not documents
 # to parse, index or enter the CrawlDb as pages.
 CONTROL_SUBSETS = ("robotstxt", "sitemap")
@@ -47,9 +48,12 @@ def load_known_digests(store: Store, version: int) -> dict[str, tuple[str, str]]
 
 
 def load_robots_cache(store: Store, version: int) -> pa.Table | None:
+    """The robots.txt cache as of ``version``; None when there is none, or it is keyed by host (written
+    before robots.txt was kept per origin: it is simply fetched again)."""
     if version <= 0 or not store.exists(store.robots_file(version)):
         return None
-    return store.read_table(store.robots_file(version), ROBOTS_CACHE_SCHEMA)
+    t = store.read_table(store.robots_file(version))
+    return t.select(ROBOTS_CACHE_SCHEMA.names).cast(ROBOTS_CACHE_SCHEMA) if "origin" in t.column_names else None
 
 
 def fetch_task(cfg: CrawlConfig, round_no: int, part: int, now: datetime) -> dict[str, Any]:

@@ -36,7 +36,7 @@ from crawl import crawldb, index, seen
 from crawl.config import CrawlConfig
 from crawl.records import FETCH_SCHEMA, LINK_SCHEMA, PAGE_SCHEMA, SITEMAP_SCHEMA
 from crawl.store import Store
-from crawl.tasks import CONTROL_SUBSETS, DIGESTS_SCHEMA, ROBOTS_CACHE_SCHEMA
+from crawl.tasks import CONTROL_SUBSETS, DIGESTS_SCHEMA, ROBOTS_CACHE_SCHEMA, load_robots_cache
 from crawl.url import canonicalize_many, filter_reasons, politeness_key, url_hashes
 
 # what prepare hands to each shard merge for a URL fetched this round
@@ -507,15 +507,16 @@ def _write_digests(store: Store, round_no: int, fetched: pa.Table) -> None:
 
 def _write_robots(store: Store, round_no: int) -> None:
     prev = round_no - 1
-    old = store.read_table(store.robots_file(prev), ROBOTS_CACHE_SCHEMA) if prev > 0 and \
-        store.exists(store.robots_file(prev)) else ROBOTS_CACHE_SCHEMA.empty_table()
+    old = load_robots_cache(store, prev)
+    if old is None:
+        old = ROBOTS_CACHE_SCHEMA.empty_table()
     new = store.read_tables(_parts(store, round_no, "robots"), ROBOTS_CACHE_SCHEMA)
     con = duckdb.connect()
     con.register("old", old)
     con.register("new", new)
     t = con.sql("""
         SELECT * FROM (SELECT * FROM old UNION ALL SELECT * FROM new)
-        QUALIFY row_number() OVER (PARTITION BY host ORDER BY fetched_at DESC) = 1
-        ORDER BY host
+        QUALIFY row_number() OVER (PARTITION BY origin ORDER BY fetched_at DESC) = 1
+        ORDER BY origin
     """).to_arrow_table()
     store.write_table(store.robots_file(round_no), t.cast(ROBOTS_CACHE_SCHEMA))

@@ -39,6 +39,7 @@ def fetchlist(urls: list[str], etags: list[str | None] | None = None,
         "etag": etags or [None] * n,
         "last_modified": last_modified or [None] * n,
         "prev_digest": pa.array([None] * n, pa.string()),
+        "pkey": [U.politeness_key(u) for u in urls],
     }, schema=FETCHLIST_SCHEMA)
 
 
