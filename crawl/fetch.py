@@ -6,11 +6,17 @@ policy, error count, backoff) lives here, in one event loop, and nothing is shar
 
 Scheduling (Nutch/StormCrawler style, one queue per politeness key): a min-heap of queues keyed by the
 time the queue may next start a request. The key is ``cfg.politeness_key``: the host (default), its
-registered domain, or its IP address (resolved once per host at the start of the task). The frontier
-partitions by the same key for host and domain, so a key's hosts are all in one task; for ip it cannot
-resolve and partitions by host, so ip keys only join the hosts that share a task. Gap, in-flight limit
-and 429/503 backoff are per key; robots.txt, error counts and URL queues stay per host (RFC 9309),
-taken round-robin within a key. The dispatcher pops a due queue, starts its next URL and pushes the
+registered domain, or its IP address (resolved once per host at the start of the task). For host and
+domain the fetcher takes the key the frontier partitioned by (the fetch list's ``pkey``), so a key's
+hosts are all in one task and ``user@HOST:80``, ``host`` and ``HOST.`` are one queue (the URL model
+gives them one host); for ip the frontier cannot resolve and partitions by host, so ip keys only join
+the hosts that share a task. Gap, in-flight limit and 429/503 backoff are per key; robots.txt, error
+counts and URL queues are per origin (scheme + host + port, RFC 9309 §2.3), taken round-robin within a
+key. A robots.txt redirect to another key waits for that key's gap and in-flight place when the key
+belongs to this task (or is reached only through such redirects); a task cannot see another task's
+queue, so a robots.txt redirect to a host fetched by another partition in the same round may come
+closer than the gap to that host's own requests (once per robots TTL). Sitemap redirects and sitemap
+entries leave the origin never (they are dropped), page redirects to another origin go to the CrawlDb. The dispatcher pops a due queue, starts its next URL and pushes the
 queue back at ``start + delay``. ``delay = max(cfg.politeness_delay_s, robots Crawl-delay)`` (the
 largest among a key's hosts), measured between the *starts* of two requests, robots.txt and sitemap
 files included. With one request in flight per key (the default) the next start is also held until
@@ -237,22 +243,24 @@ def _fresh_robots(cache: pa.Table | None, now: datetime, ttl_s: float) -> dict[s
     return out
 
 
-def _origin(url: str, host: str | None) -> str | None:
-    """``scheme://host[:port]`` of ``url`` by the URL model; None if the model refuses the URL.
+def _origin(url: str, host: str | None) -> tuple[str, str] | None:
+    """(``scheme://host[:port]``, host) of ``url`` by the URL model; None if the model refuses it.
 
-    Shortcut for the usual canonical URL ``scheme://host/...`` whose host column is spelled as in the
-    URL (no userinfo, no port, no case difference): the prefix is the origin, no parse needed.
+    Shortcut for the usual canonical URL ``scheme://host/...`` whose host column is already in the
+    model's form (lower case, no userinfo, port or trailing dot): the prefix is the origin, no parse.
+    Anything else is parsed, so a spelling (``user@HOST.:80``) never makes an origin of its own.
     """
-    if host and "@" not in host:
+    if host and "@" not in host and host[-1:] not in (".", "[") and host.islower():
         for scheme in ("http://", "https://"):
             if url.startswith(scheme) and url.startswith(host, len(scheme)):
                 end = len(scheme) + len(host)
                 if len(url) == end or url[end] in "/?#":
-                    return url[:end]
+                    return url[:end], host
     try:
-        return U.origin_of(url)
+        u = U.parse_url(url)
     except U.InvalidURL:
         return None
+    return u.origin, u.host
 
 
 _NO_SLOT = _Slot(key="")  # placeholder until build_slots groups the hosts by politeness key
@@ -310,13 +318,16 @@ class _Fetcher:
         cached = _fresh_robots(robots_cache, self.now0, self.cfg.robots_ttl_s)
         for i, (url, uh, host, depth, etag, lm) in enumerate(zip(*cols, strict=True)):
             job = _Job(url, uh, depth if depth is not None else 0, etag, lm)
-            origin = _origin(url, host)
-            if origin is None:
+            where = _origin(url, host)
+            if where is None:
                 self.rows.append(_row(job, host, self.now0, R.FILTERED, error="invalid_url",
                                       subset=SUBSET_DIAG))
                 continue
-            if pk is not None and pk[i] and host not in self.pkeys:
+            origin, model_host = where
+            # the frontier's key, as long as its host column agrees with the URL model
+            if pk is not None and pk[i] and model_host == host and host not in self.pkeys:
                 self.pkeys[host] = pk[i]
+            host = model_host
             h = self.hosts.get(origin)
             if h is None:
                 h = _Host(host=host, origin=origin, slot=_NO_SLOT, delay=self.cfg.politeness_delay_s,
@@ -902,7 +913,8 @@ class _Fetcher:
             return
         self.rows.append(_row(job, h.host, t, R.REDIRECT, redirect_location=target, **base))
         canon = U.canonicalize(target, self.cfg.tracking_params) or target
-        if _origin(canon, h.host) != h.origin:  # another origin has its own robots.txt to ask first
+        where = _origin(canon, h.host)
+        if where is None or where[0] != h.origin:  # another origin has its own robots.txt to ask first
             self.stats["redirect_cross_host"] += 1
             return  # a new URL for the CrawlDb (update turns redirect rows into links)
         hop = _Job(canon, U.url_hash(canon), job.depth, hops=job.hops + 1)

@@ -31,7 +31,8 @@ def main(argv: list[str] | None = None) -> int:
     s = sub.add_parser("serve", help="serve the simulated web on 127.0.0.1")
     _common(s)
     s.add_argument("--port", type=int, default=8800, help="TCP port, 0 = pick a free one (default 8800)")
-    s.add_argument("--bind", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    s.add_argument("--bind", default="127.0.0.1",
+                   help="address(es) to listen on, comma-separated, one port (default 127.0.0.1)")
     s.add_argument("--access-log", default=None, help="append one JSON line per request to this file")
     s.add_argument("--time", type=float, default=None, help="start the virtual clock at this epoch time")
     s.add_argument("--speed", type=float, default=1.0, help="virtual seconds per real second (default 1)")
@@ -41,6 +42,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="how long the timeout robots.txt host waits before answering (default 60)")
     s.add_argument("--canary-port", type=int, default=None,
                    help="serve the SSRF bait hosts (ssrf*.sim.test), their links aimed at this port")
+    s.add_argument("--origin-bait", action="store_true",
+                   help="serve the politeness/robots-scope bait hosts (spellings.sim.test, robots-429, "
+                        "robots-hop-N); with --bind 127.0.0.1,::1 also [::1]")
     t = sub.add_parser("truth", help="write the ground truth as Parquet")
     _common(t)
     t.add_argument("--out", required=True, help="output .parquet file")
@@ -66,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
         ready: asyncio.Future = loop.create_future()
         task = asyncio.create_task(run(model, a.port, a.access_log, a.bind, clock, stop, ready,
                                        stall_s=a.stall_seconds, robots_timeout_s=a.robots_timeout_seconds,
-                                       canary_port=a.canary_port))
+                                       canary_port=a.canary_port, origin_bait=a.origin_bait))
         done, _ = await asyncio.wait({task, ready}, return_when=asyncio.FIRST_COMPLETED)
         if ready in done:
             port, _srv = ready.result()

@@ -22,6 +22,7 @@ from aiohttp import web
 from crawl.simweb import model as M
 from crawl.simweb.accesslog import AccessLog
 from crawl.simweb.clock import VirtualClock
+from crawl.simweb.origins import IPV6_LITERAL, OriginBait
 from crawl.simweb.render import Renderer, _iso, _png
 from crawl.simweb.ssrf import SsrfSite
 
@@ -40,6 +41,15 @@ def lookup_key(path: str, query: str) -> str:
     return path
 
 
+def host_of_authority(authority: str) -> str:
+    """The host of a ``Host`` header (lower-case): port and trailing dot dropped, an IPv6 literal
+    kept whole in its brackets (``[::1]:8080`` -> ``[::1]``, not ``[``)."""
+    if authority.startswith("["):
+        end = authority.find("]")
+        return authority[:end + 1] if end > 0 else authority
+    return authority.split(":", 1)[0].rstrip(".")
+
+
 def _redirect(status: int, location: str) -> web.Response:
     return web.Response(status=status, headers={"Location": location}, text=f"moved to {location}")
 
@@ -53,8 +63,10 @@ class SimServer:
 
     def __init__(self, model: M.Model, clock: VirtualClock | None = None, access_log: AccessLog | None = None,
                  stall_s: float = 120.0, robots_timeout_s: float = 60.0, slow_s: float = 3.0,
-                 canary_port: int | None = None):
+                 canary_port: int | None = None, origin_bait: bool = False):
         self.m = model
+        self.origin_bait = origin_bait
+        self.bait: OriginBait | None = None  # built by set_port() once the listening port is known
         # SSRF bait hosts (crawl.simweb.ssrf), only when a test runs a canary on that port
         self.ssrf = SsrfSite(canary_port, model.seed_urls(3)) if canary_port else None
         self.clock = clock or VirtualClock()
@@ -74,10 +86,18 @@ class SimServer:
         self.app = web.Application()
         self.app.router.add_route("*", "/{tail:.*}", self.handle)
 
+    def set_port(self, port: int) -> None:
+        """The port the server listens on (known after binding): the origin bait links to it."""
+        if self.origin_bait:
+            good = [(h.name, [self.m.url(p)[len(h.base):] or "/" for p in self.sitemap_pages(h)[:8].tolist()])
+                    for h in self.m.good_hosts()]
+            self.bait = OriginBait(port, good)
+
     # ---- the one entry point: bookkeeping around dispatch ----------------------------------------
     async def handle(self, request: web.Request) -> web.StreamResponse:
         start = time.time()
-        host = (request.headers.get("Host") or "").strip().lower().split(":", 1)[0].rstrip(".")
+        authority = (request.headers.get("Host") or "").strip().lower()
+        host = host_of_authority(authority)
         self.in_flight[host] = n = self.in_flight.get(host, 0) + 1
         self.request_no += 1
         request["sim_no"] = self.request_no
@@ -101,7 +121,8 @@ class SimServer:
                 body = getattr(resp, "body", None) if resp is not None and request.method != "HEAD" else None
                 nbytes = len(body) if isinstance(body, (bytes, bytearray)) else 0
             self.by_status[status] = self.by_status.get(status, 0) + 1
-            self.log.write({"host": host, "path": request.raw_path, "start": start, "end": time.time(),
+            self.log.write({"host": host, "authority": authority, "path": request.raw_path,
+                            "start": start, "end": time.time(),
                             "status": status, "bytes": nbytes, "in_flight": n, "method": request.method,
                             "user_agent": request.headers.get("User-Agent", "")})
 
@@ -112,6 +133,11 @@ class SimServer:
             return await self.control(request, path)
         if self.ssrf is not None and self.ssrf.owns(hostname):
             return self.ssrf.handle(hostname, path)
+        if self.bait is not None:
+            if self.bait.owns(hostname):
+                return self.bait.handle(hostname, path)
+            if hostname == IPV6_LITERAL and self.bait.alias:
+                hostname = self.bait.alias
         host = self.m.host_of(hostname)
         if host is None:
             return self.index()
@@ -411,16 +437,23 @@ class SimServer:
 async def run(model: M.Model, port: int = 0, access_log: str | None = None, bind: str = "127.0.0.1",
               clock: VirtualClock | None = None, stop: asyncio.Event | None = None,
               ready: asyncio.Future | None = None, stall_s: float = 120.0, robots_timeout_s: float = 60.0,
-              canary_port: int | None = None) -> None:
-    """Serve until ``stop`` is set (or SIGTERM/SIGINT when run from the CLI); flush the log at least 1/s."""
+              canary_port: int | None = None, origin_bait: bool = False) -> None:
+    """Serve until ``stop`` is set (or SIGTERM/SIGINT when run from the CLI); flush the log at least 1/s.
+
+    ``bind`` may list several addresses (``127.0.0.1,::1``): all listen on one port, the first's.
+    """
     log = AccessLog(access_log)
     srv = SimServer(model, clock=clock, access_log=log, stall_s=stall_s, robots_timeout_s=robots_timeout_s,
-                    canary_port=canary_port)
+                    canary_port=canary_port, origin_bait=origin_bait)
     runner = web.AppRunner(srv.app, handler_cancellation=True, shutdown_timeout=1.0, access_log=None)
     await runner.setup()
-    site = web.TCPSite(runner, bind, port)
+    addresses = [a.strip() for a in bind.split(",") if a.strip()]
+    site = web.TCPSite(runner, addresses[0], port)
     await site.start()
     actual = runner.addresses[0][1]
+    for extra in addresses[1:]:
+        await web.TCPSite(runner, extra, actual).start()
+    srv.set_port(actual)
     stop = stop or asyncio.Event()
     if ready is not None:
         ready.set_result((actual, srv))

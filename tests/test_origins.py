@@ -1,0 +1,102 @@
+"""Politeness and robots.txt scope, judged from the simulated web's access log.
+
+The bait (``python -m crawl.simweb serve --origin-bait --bind 127.0.0.1,::1``) links the pages of a
+server under every spelling of its name (``user@host``, ``a:b@HOST:80``, ``host.``, ``Host:80``,
+another port, its IPv6 literal with and without userinfo), hosts whose robots.txt redirects to that
+server's robots.txt, and a host whose robots.txt answers 429. The server normalises the host it
+logs, so a crawler that keys politeness on the spelling shows up as overlapping requests or short
+gaps on one server; ``authority`` (the Host header as sent) shows which origins asked robots.txt.
+
+One fetch partition: a robots.txt redirect to another host is kept to that host's gap by the task
+that owns the host's queue; a task cannot see another task's queue (see the fetch docstring).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from crawl import round as rnd
+from crawl.cluster import dask_client
+from crawl.config import load_config
+from crawl.simweb.accesslog import politeness_report, read_log
+from crawl.simweb.origins import HOPS, OTHER_PORT
+from tests.conftest import start_simweb
+
+DELAY = 0.25
+ROUNDS = 2
+SEED = "http://spellings.sim.test/"
+UA = "RecrawlBot%"
+
+
+@pytest.fixture(scope="module")
+def web(tmp_path_factory):
+    sw = start_simweb(tmp_path_factory.mktemp("simweb-origins"), hosts=30, pages_per_host=6,
+                      extra_args=("--origin-bait", "--bind", "127.0.0.1,::1"))
+    try:
+        yield sw
+    finally:
+        sw.stop()
+
+
+@pytest.fixture(scope="module")
+def crawled(web, tmp_path_factory):
+    import time
+    cfg = load_config(overrides={
+        "root": str(tmp_path_factory.mktemp("crawl")), "crawl_id": "origins",
+        "resolve": [web.resolve_rule, f"::1=[::1]:{web.port}"], "politeness_delay_s": DELAY,
+        "max_pages": 400, "partitions": 1, "url_shards": 1, "round_duration_s": 30.0,
+        "connect_timeout_s": 1.0, "read_timeout_s": 2.0, "total_timeout_s": 4.0, "dask_workers": 1,
+        "max_crawl_delay_s": 5.0, "sitemaps": False}, use_env=False)
+    t = time.monotonic()
+    with dask_client(cfg) as client:
+        for i in range(ROUNDS):
+            rnd.run_round(cfg, [SEED] if i == 0 else None, client=client)
+    time.sleep(1.2)  # the server flushes its log at least every 0.5 s
+    return cfg, time.monotonic() - t
+
+
+def test_one_queue_per_server_whatever_the_spelling(crawled, web):
+    _, seconds = crawled
+    rep = politeness_report(web.access_log, user_agent_like=UA).to_pylist()
+    good = web.model.good_hosts()[0].name
+    by_host = {r["host"]: r for r in rep}
+    assert by_host[good]["requests"] >= 8, by_host[good]  # the spelled links were fetched ...
+    assert by_host["[::1]"]["requests"] >= 3, by_host.get("[::1]")  # ... and the IPv6 literal ones
+    violations = [r for r in rep if r["max_in_flight"] > 1 or (r["min_gap_s"] is not None
+                                                              and r["min_gap_s"] < DELAY)]
+    gaps = [r["min_gap_s"] for r in rep if r["min_gap_s"] is not None]
+    print(f"\n{len(rep)} servers, {sum(r['requests'] for r in rep)} requests, {len(violations)} violations, "
+          f"min gap {min(gaps):.3f}s (delay {DELAY}s), {ROUNDS} rounds in {seconds:.1f}s")
+    assert violations == []
+
+
+def test_robots_txt_asked_per_origin(crawled, web):
+    log = [r for r in read_log(web.access_log).to_pylist() if r["user_agent"].startswith("RecrawlBot")]
+    good = web.model.good_hosts()[0].name
+    first_robots: dict[str, float] = {}
+    first_page: dict[str, float] = {}
+    for r in log:
+        d = first_robots if r["path"] == "/robots.txt" else first_page
+        d.setdefault(r["authority"], r["start"])
+    other = f"{good}:{OTHER_PORT}"
+    assert other in first_page, sorted(first_page)  # the other origin of the same host was crawled
+    # every origin that served a page had its own robots.txt asked first
+    for authority, t in first_page.items():
+        assert authority in first_robots and first_robots[authority] < t, authority
+    assert f"[::1]:{web.port}" in first_robots
+
+
+def test_robots_429_defers_the_host(crawled, web):
+    paths = [r["path"] for r in read_log(web.access_log).to_pylist() if r["host"] == "robots-429.sim.test"]
+    assert paths and set(paths) == {"/robots.txt"}, paths
+
+
+def test_robots_redirect_to_another_host_keeps_its_gap(crawled, web):
+    log = read_log(web.access_log).to_pylist()
+    good = web.model.good_hosts()[0].name
+    hops = {r["host"] for r in log if r["host"].startswith("robots-hop-") and r["path"] == "/robots.txt"}
+    assert len(hops) == HOPS
+    robots = sorted(r["start"] for r in log if r["host"] == good and r["path"] == "/robots.txt")
+    assert len(robots) >= HOPS  # the hops reached it (on top of its own robots.txt)
+    # the server saw them at the host's pace (the full check is in the politeness report above)
+    assert min(b - a for a, b in zip(robots, robots[1:], strict=False)) >= DELAY
