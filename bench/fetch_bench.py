@@ -111,6 +111,7 @@ def fetchlist(urls: list[str]) -> pa.Table:
         "host": [U.host_of(u) for u in urls], "depth": pa.array([0] * n, pa.int32()),
         "priority": [1.0] * n, "etag": pa.array([None] * n, pa.string()),
         "last_modified": pa.array([None] * n, pa.string()), "prev_digest": pa.array([None] * n, pa.string()),
+        "pkey": [U.politeness_key(u) for u in urls],
     }, schema=FETCHLIST_SCHEMA)
 
 
