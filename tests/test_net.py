@@ -22,7 +22,6 @@ from crawl.net import (
     is_blocked_ip,
 )
 
-
 # every blocked range, by the reason the guard gives (first and last address where it matters)
 BLOCKED = {
     "0.0.0.0": "unspecified", "0.255.255.255": "unspecified",
