@@ -8,6 +8,8 @@ the round overwrites them, and DuckDB reads the tree with ``hive_partitioning``.
 
 from __future__ import annotations
 
+import re
+
 import duckdb
 import numpy as np
 import pyarrow as pa
@@ -73,7 +75,22 @@ LINKS_SCHEMA = pa.schema([
     ("round", pa.int32()),
 ])
 
-_URL_RE = r"^(?P<proto>[a-zA-Z][a-zA-Z0-9+.-]*)://(?P<host>[^/:?#]*)(?::(?P<port>\d*))?(?P<path>[^?#]*)(?:\?(?P<query>[^#]*))?"
+# an IPv6 host keeps its brackets (``[::1]``), as in the canonical URL
+_URL_RE = (r"^(?P<proto>[a-zA-Z][a-zA-Z0-9+.-]*)://(?P<host>\[[^\]]*\]|[^/:?#]*)(?::(?P<port>\d*))?"
+           r"(?P<path>[^?#]*)(?:\?(?P<query>[^#]*))?")
+_IPV4_RE = re.compile(r"\d{1,3}(?:\.\d{1,3}){3}")
+
+
+def host_tld_and_domain(host: str | None) -> tuple[str | None, str | None]:
+    """Common Crawl's ``url_host_tld`` and ``url_host_registered_domain`` of one host.
+
+    As in Common Crawl's index, an IP address has neither (its last octet is no top-level domain);
+    a name's TLD is its last label (``uk`` for ``www.bbc.co.uk``, punycode for IDNs) and its
+    registered domain comes from the Public Suffix List (:func:`crawl.url.registered_domain`).
+    """
+    if not host or host.startswith("[") or _IPV4_RE.fullmatch(host):
+        return None, None
+    return host.rsplit(".", 1)[-1], registered_domain(host)
 
 
 def hosts_of(urls: pa.Array) -> pa.Array:
@@ -88,17 +105,20 @@ def _split_url(urls: pa.Array) -> dict[str, pa.Array]:
     port = pc.if_else(pc.equal(port_s, ""), pa.scalar(None, pa.string()), port_s).cast(pa.int32())
     path = pc.struct_field(parts, "path")
     path = pc.if_else(pc.equal(path, ""), "/", path)
+    # no '?' before any '#': no query (NULL, as in Common Crawl), unlike an empty one after a bare '?'
+    has_query = pc.match_substring_regex(urls, r"^[^#]*\?")
+    query = pc.if_else(has_query, pc.struct_field(parts, "query"), pa.scalar(None, pa.string()))
     # per distinct host, not per row
     enc = pc.dictionary_encode(host)
-    names = enc.dictionary.to_pylist()
-    domains = pa.array([registered_domain(h) if h else None for h in names], pa.string()).take(enc.indices)
-    tlds = pa.array([h.rsplit(".", 1)[-1] if h else None for h in names], pa.string()).take(enc.indices)
+    pairs = [host_tld_and_domain(h) for h in enc.dictionary.to_pylist()]
+    tlds = pa.array([t for t, _ in pairs], pa.string()).take(enc.indices)
+    domains = pa.array([d for _, d in pairs], pa.string()).take(enc.indices)
     return {
         "url_protocol": pc.utf8_lower(pc.struct_field(parts, "proto")),
         "url_host_name": host,
         "url_port": port,
         "url_path": path,
-        "url_query": pc.struct_field(parts, "query"),
+        "url_query": query,
         "url_host_registered_domain": domains,
         "url_host_tld": tlds,
     }
