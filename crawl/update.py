@@ -411,7 +411,10 @@ def merge_shard(cfg: CrawlConfig, round_no: int, shard: int) -> dict[str, Any]:
                WHEN u.fetch_status IN ('deferred', 'filtered') THEN coalesce(d.retry_count, 0)
                ELSE 0 END AS retry_count,
           d.next_fetch_time, d.priority,
-          coalesce(u.payload_digest, d.payload_digest) AS payload_digest,
+          -- only a 200 brings a payload of the page: a 304's empty body or an error page must not
+          -- replace the digest of the content we hold (revisit and change decisions use it)
+          CASE WHEN u.fetch_status = 'fetched' THEN coalesce(u.payload_digest, d.payload_digest)
+               ELSE d.payload_digest END AS payload_digest,
           coalesce(u.text_digest, d.text_digest) AS text_digest,
           coalesce(u.simhash, d.simhash) AS simhash,
           CASE WHEN u.fetch_status = 'fetched' THEN u.etag ELSE d.etag END AS etag,

@@ -1,0 +1,172 @@
+"""The update step's status transitions, round by round, against what the simulated web did.
+
+Four real rounds (inject → generate → fetch/parse on an in-process Dask cluster → update →
+reprioritise → publish) over a handful of seeds whose behaviour the simulated web fixes:
+a conditional page (answers 304 while unchanged, then changes when the server's clock jumps), a
+page that always fails with 500 (retried on the configured schedule, then gone), a 404, a same-host
+redirect chain and a cross-host redirect. The oracle is the server's side: its access log (flushed on
+request) counts the requests, and its model says when the page changed.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from datetime import UTC, datetime, timedelta
+from urllib.parse import urlsplit
+
+import numpy as np
+import pytest
+
+from crawl import crawldb
+from crawl import round as rnd
+from crawl.config import load_config
+from crawl.store import Store
+
+RETRY_S = (60.0, 120.0)  # two retries after the first failure: the third failure makes the URL gone
+DAY = timedelta(days=1)
+FAULT = "http://hostile-001.sim.test/fault/"
+PAGE = "http://archive-001.sim.test/"  # conditional GET (ETag + Last-Modified), no per-request noise
+
+
+@pytest.fixture(scope="module")
+def client():
+    from distributed import Client
+
+    with Client(processes=False, n_workers=1, threads_per_worker=2, dashboard_address=None) as c:
+        yield c
+
+
+def _cfg(root, simweb):
+    return load_config(overrides={
+        "root": str(root), "crawl_id": "upd", "resolve": [simweb.resolve_rule], "politeness_delay_s": 0.05,
+        "partitions": 1, "url_shards": 2, "max_depth": 0, "sitemaps": False, "retry_schedule_s": list(RETRY_S),
+        "max_host_errors": 50, "backoff_base_s": 0.2, "total_timeout_s": 3.0, "round_duration_s": 20.0,
+    }, use_env=False)
+
+
+def _db(cfg, round_no: int) -> dict[str, dict]:
+    store = Store(cfg.root, cfg.crawl_id)
+    return {r["url"]: r for r in crawldb.read(store, round_no, cfg.url_shards).to_pylist()}
+
+
+def _requests(simweb, since: float) -> Counter:
+    log = simweb.log()
+    return Counter(f"http://{h}{p}" for h, p, ua, s in zip(
+        log.column("host").to_pylist(), log.column("path").to_pylist(), log.column("user_agent").to_pylist(),
+        log.column("start").to_pylist(), strict=True) if ua.startswith("RecrawlBot") and s >= since)
+
+
+@pytest.fixture(scope="module")
+def rounds(simweb, client, tmp_path_factory):
+    """Four rounds; the CrawlDb after each, the server requests of each, and the round times."""
+    cfg = _cfg(tmp_path_factory.mktemp("upd"), simweb)
+    t1 = datetime.fromtimestamp(simweb.clock()["time"], UTC).replace(microsecond=0)
+    seeds = [PAGE, FAULT + "500", FAULT + "404", FAULT + "redirect-chain-2", FAULT + "redirect-cross"]
+    # round 2 400 days later in crawl time but not on the server (the page is unchanged: 304); then the
+    # server's clock jumps too, so the page has changed by round 3
+    times = [t1, t1 + 400 * DAY, t1 + 800 * DAY, t1 + 1200 * DAY]
+    dbs, reqs, served = [], [], []
+    for i, now in enumerate(times):
+        if i >= 2:
+            simweb.set_clock(now.timestamp())
+        clock = simweb.clock()
+        since = clock["real_time"]
+        served.append(clock["time"])
+        rnd.run_round(cfg, seeds if i == 0 else None, now, client=client)
+        reqs.append(_requests(simweb, since))
+        dbs.append(_db(cfg, i + 1))
+    simweb.set_clock(datetime.now(UTC).timestamp())
+    return cfg, times, dbs, reqs, served
+
+
+def _ts(t: datetime | None) -> float | None:
+    return None if t is None else t.timestamp()
+
+
+def test_304_is_unchanged_and_a_real_change_is_counted(rounds, simweb):
+    cfg, times, dbs, reqs, served = rounds
+    m = simweb.model
+    pid = m.page_at(m.host_of("archive-001.sim.test"), "/")
+    # the server's virtual time when each round started: what it served is the same version in rounds
+    # 1 and 2 (a few seconds apart), and another in round 3 (800 days on)
+    v = [int(m.version_info(np.array([pid]), t + dt)[0][0]) for t in served[:3] for dt in (0.0, 30.0)]
+    assert v[0] == v[1] == v[2] == v[3] != v[4] == v[5], v
+
+    r1, r2, r3 = (dbs[i][PAGE] for i in range(3))
+    assert [reqs[i][PAGE] for i in range(3)] == [1, 1, 1]
+    assert (r1["status"], r1["fetch_count"], r1["check_count"], r1["change_count"]) == ("fetched", 1, 0, 0)
+    assert r1["etag"] and r1["last_modified"] and r1["payload_digest"]
+    # round 2: If-None-Match answered 304 -> not_modified, a check without a change
+    assert (r2["status"], r2["http_status"], r2["fetch_count"], r2["check_count"], r2["change_count"]) == \
+        ("not_modified", 304, 2, 1, 0)
+    assert r2["payload_digest"] == r1["payload_digest"] and r2["etag"] == r1["etag"]
+    assert r2["last_change_time"] == r1["last_change_time"]
+    assert _ts(r2["last_success_time"]) == pytest.approx(_ts(times[1]), abs=60)
+    assert r2["unchanged_time_s"] == pytest.approx(_ts(r2["last_success_time"]) - _ts(r1["last_success_time"]),
+                                                   abs=1e-3)
+    assert r2["changed_time_s"] == 0
+    # round 3: the server's page changed: 200 with new content, counted as a change at this fetch
+    assert (r3["status"], r3["http_status"], r3["fetch_count"], r3["check_count"], r3["change_count"]) == \
+        ("fetched", 200, 3, 2, 1)
+    assert r3["payload_digest"] != r1["payload_digest"] and r3["etag"] != r1["etag"]
+    assert r3["last_change_time"] == r3["fetch_time"]
+    assert r3["unchanged_time_s"] == r2["unchanged_time_s"]
+    assert r3["changed_time_s"] == pytest.approx(_ts(r3["last_success_time"]) - _ts(r2["last_success_time"]),
+                                                 abs=1e-3)
+
+
+def test_transient_failures_retry_on_schedule_then_gone(rounds):
+    cfg, times, dbs, reqs, served = rounds
+    url = FAULT + "500"
+    rows = [dbs[i][url] for i in range(4)]
+    assert [reqs[i][url] for i in range(4)] == [1, 1, 1, 0]  # three attempts, then never again
+    assert [r["status"] for r in rows] == ["retry", "retry", "gone", "gone"]
+    assert [r["retry_count"] for r in rows] == [1, 2, 3, 3]
+    assert all(r["http_status"] == 500 for r in rows)
+    # the wait before each retry is the configured one, counted from the failed fetch
+    for r, wait in zip(rows[:2], RETRY_S, strict=True):
+        assert _ts(r["next_fetch_time"]) == pytest.approx(_ts(r["fetch_time"]) + wait, abs=1e-3)
+    assert rows[2]["next_fetch_time"] is None and rows[3]["fetch_time"] == rows[2]["fetch_time"]
+
+
+def test_404_is_gone_at_once(rounds):
+    cfg, times, dbs, reqs, served = rounds
+    url = FAULT + "404"
+    assert [reqs[i][url] for i in range(4)] == [1, 0, 0, 0]
+    assert [dbs[i][url]["status"] for i in range(4)] == ["gone"] * 4
+    assert dbs[0][url]["http_status"] == 404 and dbs[0][url]["next_fetch_time"] is None
+
+
+def test_redirects(rounds):
+    cfg, times, dbs, reqs, served = rounds
+    db1 = dbs[0]
+    seed, hop1, hop0 = FAULT + "redirect-chain-2", FAULT + "redirect-chain-2/1", FAULT + "redirect-chain-2/0"
+    # a same-host chain is followed in the fetch: each hop requested once, each known with its status
+    assert (reqs[0][seed], reqs[0][hop1], reqs[0][hop0]) == (1, 1, 1)
+    assert (db1[seed]["status"], db1[seed]["http_status"], db1[seed]["redirect_to"]) == ("redirect", 301, hop1)
+    assert (db1[hop1]["status"], db1[hop1]["redirect_to"]) == ("redirect", hop0)
+    assert db1[hop0]["status"] == "fetched" and db1[hop0]["redirect_to"] is None
+    assert db1[hop1]["source"] == db1[hop0]["source"] == "redirect"
+    assert db1[hop0]["depth"] == db1[seed]["depth"] == 0  # a redirect is not a link hop
+    # a redirect is re-checked after a week, not every round
+    assert _ts(db1[seed]["next_fetch_time"]) == pytest.approx(_ts(db1[seed]["fetch_time"]) + 7 * 86400, abs=1e-3)
+    # a cross-host redirect is recorded, not followed; its target is queued and fetched next round
+    cross = FAULT + "redirect-cross"
+    target = db1[cross]["redirect_to"]
+    assert db1[cross]["status"] == "redirect" and urlsplit(target).hostname != "hostile-001.sim.test"
+    assert reqs[0][target] == 0 and reqs[1][target] == 1
+    assert (db1[target]["status"], db1[target]["source"], db1[target]["fetch_count"]) == ("unfetched", "redirect", 0)
+    assert (dbs[1][target]["status"], dbs[1][target]["fetch_count"]) == ("fetched", 1)
+
+
+def test_every_request_is_in_the_crawldb_counts(rounds):
+    """The positive count behind the zeros above: per URL, the server's requests over four rounds
+    equal the CrawlDb's fetch_count (robots.txt is not a CrawlDb URL). Hops of a followed redirect
+    chain are left out: a hop that is due itself is requested again through the chain in the same
+    round, and fetch_count counts rounds with an attempt, not requests."""
+    cfg, times, dbs, reqs, served = rounds
+    chain = (FAULT + "redirect-chain-2/1", FAULT + "redirect-chain-2/0")
+    total = sum(reqs, Counter())
+    total = Counter({u: n for u, n in total.items() if not u.endswith("/robots.txt") and u not in chain})
+    assert total == Counter({u: r["fetch_count"] for u, r in dbs[3].items() if r["fetch_count"] and u not in chain})
+    assert len(total) == 6
