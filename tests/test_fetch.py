@@ -239,9 +239,8 @@ def test_hostile_limits(simweb, tmp_path: Path) -> None:
     status, _, _ = sw.request(FAULT + "gzip-bomb", timeout=120)
     assert status == 200
     time.sleep(0.1)
-    t0, since = time.monotonic(), time.time()
+    since = time.time()
     out = run(cfg, urls, tmp_path)
-    took = time.monotonic() - t0
     rows = last_rows(out)
     by = {u.rsplit("/fault/", 1)[1]: r for u, r in rows.items() if "/fault/" in u}
     assert by["404"]["status"] == "gone" and by["410"]["status"] == "gone"
@@ -269,7 +268,6 @@ def test_hostile_limits(simweb, tmp_path: Path) -> None:
     assert by["reset"]["status"] == "fetched" and by["reset"]["truncated"] == "disconnect"
     assert 0 < by["reset"]["content_length"] < 200_000
     assert by["wrong-type-image"]["content_type"] == "image/jpeg"
-    assert took < 25
     assert "r1/p0-crawldiagnostics.warc.gz" in check_warc(out, tmp_path)
     log = log_for(sw, {"hostile-001.sim.test", target_host}, since)
     assert not [r for r in log if r["host"] == target_host], "cross-host redirect target was fetched"
@@ -372,9 +370,13 @@ def test_deadline_defers_unstarted_urls(simweb, tmp_path: Path) -> None:
     urls = host_urls(sw, "forum-001.sim.test", 30)
     # sitemaps off: forum-001's sitemap index would take the first slots of this 1.6 s run
     cfg = cfg_for(sw, politeness_delay_s=0.5, sitemaps=False)
-    t0 = time.monotonic()
+    since = time.time()
     out = run(cfg, urls, tmp_path, deadline_s=1.6)
-    assert time.monotonic() - t0 < 5
+    # counted at the server, not timed: 1.6 s at one request per 0.5 s leaves room for robots.txt and at
+    # most 4 pages, and the server saw exactly the attempts the task recorded
+    log = log_for(sw, {"forum-001.sim.test"}, since)
+    assert Counter((r["host"], r["path"]) for r in log) == Counter(_target(r["url"]) for r in _sent(out))
+    assert len(log) <= 1 + int(1.6 / 0.5) + 1
     rows = last_rows(out)
     deferred = [u for u in urls if rows[u]["status"] == "deferred"]
     assert rows[urls[0]]["status"] in ("fetched", "robots_denied")

@@ -248,10 +248,8 @@ def test_robots_variants(simweb) -> None:
     assert b"Crawl-delay: 60" in simweb.request(dh.base + "/robots.txt")[2]
     sm = next(h for h in m.hosts if h.sitemap != "none" and h.robots == "allow-all")
     assert f"Sitemap: {sm.base}/sitemap.xml".encode() in simweb.request(sm.base + "/robots.txt")[2]
-    t0 = time.monotonic()
     with pytest.raises(TimeoutError):
         simweb.request(by["timeout"].base + "/robots.txt", timeout=1.0)
-    assert time.monotonic() - t0 < 3
 
 
 # ---- section 6: sitemaps ---------------------------------------------------------------------------------
@@ -304,7 +302,7 @@ def test_access_log_gaps_and_concurrency(simweb) -> None:
         th.start()
     for th in threads:
         th.join(10)
-    time.sleep(1.2)  # the log is flushed at least once a second
+    simweb.flush_log()
     rep = {r["host"]: r for r in politeness_report(simweb.access_log, user_agent_like=ua_seq).to_pylist()}
     assert rep[seq.name]["requests"] == 4 and rep[seq.name]["max_in_flight"] == 1
     assert 0.29 <= rep[seq.name]["min_gap_s"] < 1.0

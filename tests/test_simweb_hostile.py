@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import http.client
-import json
 import socket
 import time
 import zlib
@@ -89,22 +88,23 @@ def test_slow_stall_and_others_undisturbed(simweb) -> None:
     assert resp.status == 200 and resp.getheader("Content-Length") == "100000"
     with pytest.raises(TimeoutError):
         resp.read()
+    # while that handler still stalls, another host is served (the server is not blocked by it)
+    good = simweb.model.good_hosts()[0]
+    assert simweb.request(good.base + "/", headers={"User-Agent": "undisturbed-test"})[0] == 200
     conn.close()
     # accepts, then never answers
     with pytest.raises(TimeoutError):
         simweb.request(h.base + "/fault/stall-accept", timeout=1.0)
-    t = time.monotonic()
-    good = simweb.model.good_hosts()[0]
-    assert simweb.request(good.base + "/")[0] == 200
-    assert time.monotonic() - t < 2.0
     # the stalled handler noticed the disconnect and ended (bounded): it is in the access log
     deadline = time.monotonic() + 5
     rows = []
     while time.monotonic() < deadline and not rows:
         time.sleep(0.3)
-        rows = [json.loads(x) for x in simweb.access_log.read_text().splitlines()
-                if '"stall-test"' in x]
+        rows = [r for r in simweb.log().to_pylist() if r["user_agent"] == "stall-test"]
     assert rows and rows[0]["path"] == "/fault/stall" and rows[0]["end"] - rows[0]["start"] < 5
+    # server-side order, not a stopwatch: the good page was answered inside the stall's lifetime
+    (served,) = [r for r in simweb.log().to_pylist() if r["user_agent"] == "undisturbed-test"]
+    assert rows[0]["start"] < served["start"] and served["end"] < rows[0]["end"]
 
 
 def test_endless_huge_and_gzip_bomb(simweb) -> None:
@@ -185,9 +185,8 @@ def test_sigterm_shuts_down_cleanly_during_stall(make_simweb) -> None:
     e = raw_get(sw, h.name, "/fault/endless", timeout=10)
     read_upto(e, 100_000, 5)
     time.sleep(0.3)
-    t = time.monotonic()
     rc = sw.stop(timeout=15)
-    assert rc == 0 and time.monotonic() - t < 6
+    assert rc == 0  # SIGTERM did it: after 15 s stop() would have used SIGKILL (rc -9)
     s.close()
     e.close()
     lines = sw.access_log.read_text().splitlines()

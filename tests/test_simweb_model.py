@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
@@ -36,18 +34,14 @@ def test_same_seed_same_web_other_seed_other_web(web: M.Model) -> None:
     assert not np.array_equal(other.rate[:100], web.rate[:100])
 
 
-def test_generation_time_200_hosts() -> None:
-    t = time.perf_counter()
+def test_builds_200_hosts() -> None:
+    # how long it takes is measured by bench/simweb_model_bench.py, not asserted here
     m = M.build(M.SimParams(seed=1, hosts=200, pages_per_host=50))
-    elapsed = time.perf_counter() - t
-    assert m.n_pages > 8000
-    assert elapsed < 5.0, elapsed  # budget ~3 s; slack for a shared 2-core machine
+    assert m.n_pages > 8000 and len(m.hosts) == 200
 
 
 def test_scales_to_1000_hosts() -> None:
-    t = time.perf_counter()
     m = M.build(M.SimParams(seed=5, hosts=1000, pages_per_host=50))
-    assert time.perf_counter() - t < 12.0
     assert len(m.hosts) == 1000 and 40_000 < m.n_pages < 65_000 and len(set(m.host_index)) == 1000
     v = m.version_at(np.arange(m.n_pages), T_AT)
     assert v.shape == (m.n_pages,) and v.max() > 1000
