@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test lint airflow clean
+.PHONY: install demo test lint airflow clean chromium
 
 install: $(STAMP)
 
@@ -19,6 +19,14 @@ $(STAMP): requirements.txt requirements.lock
 test: install
 	$(BIN)/python -m pytest -q tests
 
+# The browser tests (tests/test_browser.py) drive Debian's chromium through Playwright's
+# executable_path: Playwright's own browser download cannot work without internet access.
+CHROMIUM ?= /usr/bin/chromium
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+chromium:
+	@test -x $(CHROMIUM) || { $(SUDO) apt-get update && $(SUDO) apt-get install -y chromium; }
+	@$(CHROMIUM) --headless --no-sandbox --version
+
 airflow: install
 	bash scripts/airflow-dev.sh
 
@@ -29,4 +37,4 @@ demo: install
 	$(BIN)/python scripts/demo.py
 
 clean:
-	rm -rf crawldata .pytest_cache
+	rm -rf crawldata .pytest_cache test-artifacts
