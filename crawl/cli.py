@@ -23,6 +23,7 @@ from crawl.config import (
     load_config,
 )
 from crawl.errors import SeedError
+from crawl.progress import make_progress
 
 STEPS = ("inject", "generate", "fetch_parse", "update", "reprioritise", "publish")
 
@@ -142,7 +143,8 @@ def _dispatch(args: argparse.Namespace, cfg: CrawlConfig) -> int:
     if args.cmd == "inject":
         print(json.dumps(rnd.inject(cfg, args.seeds)))
     elif args.cmd == "round":
-        summary = rnd.run_round(cfg, args.seeds, _now(args.now), progress=_progress)
+        with make_progress() as progress:
+            summary = rnd.run_round(cfg, args.seeds, _now(args.now), progress=progress)
         print(json.dumps(summary, default=str))
     elif args.cmd == "run":
         _run(cfg, args)
@@ -202,10 +204,11 @@ def _run(cfg: CrawlConfig, args: argparse.Namespace) -> None:
 
     start = _now(args.now) if args.now else None
     totals = {"fetched": 0, "new_urls": 0, "duplicates": 0, "near_duplicates": 0, "errors": 0, "seconds": 0.0}
-    with dask_client(cfg) as client:
+    # A live bar per step on a terminal (pages/s, ETA), plain lines otherwise (crawl.progress).
+    with make_progress() as progress, dask_client(cfg, announce=progress) as client:
         for i in range(args.rounds):
             now = (start + timedelta(seconds=i * cfg.round_duration_s)) if start else datetime.now(UTC)
-            summary = rnd.run_round(cfg, args.seeds if i == 0 else None, now, progress=_progress, client=client)
+            summary = rnd.run_round(cfg, args.seeds if i == 0 else None, now, progress=progress, client=client)
             fp, up = summary["fetch_parse"], summary["update"]
             totals["fetched"] += fp.get("fetched", 0)
             totals["seconds"] += fp.get("seconds", 0.0)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 
 from crawl.config import ConfigError, CrawlConfig
 
@@ -50,12 +50,18 @@ def check_run_dask_address(value: str | None, environ: Mapping[str, str] | None 
 
 
 @contextlib.contextmanager
-def dask_client(cfg: CrawlConfig) -> Iterator[object]:
-    """Yield a ``distributed.Client``; an embedded cluster lives only for the block."""
+def dask_client(cfg: CrawlConfig, announce: Callable[[str], None] | None = None) -> Iterator[object]:
+    """Yield a ``distributed.Client``; an embedded cluster lives only for the block.
+
+    The embedded cluster serves Dask's dashboard (task stream, worker memory and CPU) on
+    127.0.0.1:``dask_dashboard_port`` (0 = a free port) unless ``dask_dashboard`` is off; ``announce``
+    gets its URL (``crawl run`` prints it). Distributed serves it only when bokeh is installed.
+    """
     from distributed import Client, LocalCluster
 
     if cfg.dask_address:
         client = Client(cfg.dask_address, timeout="30s")
+        _announce(client, cfg, announce)
         try:
             yield client
         finally:
@@ -68,13 +74,30 @@ def dask_client(cfg: CrawlConfig) -> Iterator[object]:
         n_workers=cfg.dask_workers,
         threads_per_worker=1,
         processes=True,
-        dashboard_address=None,
+        # The scheduler runs an HTTP server (health, metrics) even without the dashboard, on 8787 by
+        # default: always give it our port (0 = a free one) and switch the dashboard itself on or off.
+        dashboard_address=f"127.0.0.1:{cfg.dask_dashboard_port if cfg.dask_dashboard else 0}",
+        scheduler_kwargs={"dashboard": cfg.dask_dashboard},
         host="127.0.0.1",
         silence_logs=40,
     )
     client = Client(cluster)
+    _announce(client, cfg, announce)
     try:
         yield client
     finally:
         client.close()
         cluster.close()
+
+
+def dashboard_url(client: object, cfg: CrawlConfig) -> str:
+    """The Dask dashboard's URL for this client ("" when the embedded cluster's is off)."""
+    if not cfg.dask_address and not cfg.dask_dashboard:
+        return ""
+    return getattr(client, "dashboard_link", "") or ""
+
+
+def _announce(client: object, cfg: CrawlConfig, announce: Callable[[str], None] | None) -> None:
+    link = dashboard_url(client, cfg)
+    if announce and link:
+        announce(f"Dask dashboard: {link}")

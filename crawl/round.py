@@ -22,6 +22,7 @@ import pyarrow.compute as pc
 from crawl import crawldb, frontier, schedule, seen
 from crawl.config import CrawlConfig
 from crawl.errors import SeedError
+from crawl.progress import steps_of
 from crawl.robots import crawl_delay, decode_robots
 from crawl.store import Store
 from crawl.tasks import fetch_task, load_robots_cache, parse_task
@@ -184,13 +185,18 @@ def fetch_parse(cfg: CrawlConfig, round_no: int, now: datetime | None = None,
     parts = sorted(int(p.rsplit("part=", 1)[1].split(".")[0]) for p in gen["partitions"])
     started = time.monotonic()
     results: list[dict[str, Any]] = []
+    dashboard = ""
     if parts:
         if client is None:
-            from crawl.cluster import dask_client
+            from crawl.cluster import dashboard_url, dask_client
 
-            with dask_client(cfg) as c:
+            with dask_client(cfg, announce=progress) as c:
+                dashboard = dashboard_url(c, cfg)
                 results = _run_parts(c, cfg, round_no, parts, now, progress)
         else:
+            from crawl.cluster import dashboard_url
+
+            dashboard = dashboard_url(client, cfg)
             results = _run_parts(client, cfg, round_no, parts, now, progress)
     elapsed = time.monotonic() - started
     # page requests (robots.txt excluded) -- fetch stats count every attempt
@@ -199,6 +205,7 @@ def fetch_parse(cfg: CrawlConfig, round_no: int, now: datetime | None = None,
         "round": round_no, "partitions": len(parts), "seconds": round(elapsed, 3),
         "pages": sum(int(r.get("parse", {}).get("pages", 0)) for r in results),
         "fetched": fetched, "pages_per_s": round(fetched / elapsed, 1) if elapsed > 0 else 0.0,
+        "dask_dashboard": dashboard,  # live only while the round's cluster runs
         "per_partition": results,
     }
     store.write_json(store.round_dir(round_no, "fetch_parse.json"), stats)
@@ -225,6 +232,7 @@ def _run_parts(client: Any, cfg: CrawlConfig, round_no: int, parts: list[int], n
         if progress:
             progress(f"  partition {k:03d} done ({i}/{len(futures)}): "
                      f"{fetch_stats.get('requests', 0)} fetched, {parse_stats.get('pages', 0)} parsed")
+        steps_of(progress).advance(int(fetch_stats.get("requests", 0) or 0))
     return sorted(out, key=lambda r: r["part"])
 
 
@@ -279,16 +287,29 @@ def run_round(cfg: CrawlConfig, seeds: Sequence[str] | None = None, now: datetim
               progress: Progress | None = None, client: Any = None) -> dict[str, Any]:
     """inject (if seeds) → generate → fetch+parse → update → reprioritise → publish."""
     now = _utc(now)
+    steps = steps_of(progress)  # a bar per step on a terminal (crawl.progress); plain callables: lines only
     if seeds:
+        steps.start("inject")
         inject(cfg, seeds, now)
+        steps.finish()
+    steps.start("generate")
     gen = generate(cfg, now)
+    steps.finish()
     n = gen["round"]
     if progress:
         progress(f"round {n}: {gen['urls']} URLs on {gen['hosts']} hosts in {len(gen['partitions'])} partitions")
+    steps.start("fetch_parse", total=gen["urls"])
     fp = fetch_parse(cfg, n, now, progress, client)
+    steps.finish()
+    steps.start("update")
     up = update(cfg, n, now, client)
+    steps.finish()
+    steps.start("reprioritise")
     reprioritise(cfg, n, now)
+    steps.finish()
+    steps.start("publish")
     summary = publish(cfg, n)
+    steps.finish()
     if progress:
         progress(f"round {n} published: {fp['fetched']} fetched ({fp['pages_per_s']} pages/s), "
                  f"{up['new_urls']} new URLs, {up['duplicates']} duplicates, "
