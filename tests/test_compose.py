@@ -160,9 +160,9 @@ def test_every_service_has_one_image_source(services: dict) -> None:
 def test_airflow_components_and_executor(services: dict) -> None:
     commands = {name: _command(services[name]) for name in AIRFLOW_SERVICES}
     assert commands["airflow-apiserver"][:2] == ["airflow", "api-server"]
-    assert commands["airflow-scheduler"] == ["airflow", "scheduler"]
+    assert commands["airflow-scheduler"][:2] == ["airflow", "scheduler"]
     assert commands["airflow-dag-processor"] == ["airflow", "dag-processor"]
-    assert commands["airflow-triggerer"] == ["airflow", "triggerer"]
+    assert commands["airflow-triggerer"][:2] == ["airflow", "triggerer"]
     assert "airflow db migrate" in " ".join(_command(services["airflow-init"]))
     pg = _env(services["postgres"])
     for name in (*AIRFLOW_SERVICES, "airflow-init"):
@@ -372,3 +372,86 @@ def test_airflow_secrets_reach_every_component(services: dict) -> None:
         assert urlparse(env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"]).password == FILLED["POSTGRES_PASSWORD"], name
     assert _env(services["postgres"])["POSTGRES_PASSWORD"] == FILLED["POSTGRES_PASSWORD"]
     assert _env(services["airflow-init"])["AIRFLOW_ADMIN_PASSWORD"] == FILLED["AIRFLOW_ADMIN_PASSWORD"]
+
+
+# ---- the native deployment (scripts/deploy_local.py) is this compose file under named changes ----------
+def _deploy_local():
+    import sys
+
+    sys.path.insert(0, str(REPO / "scripts"))
+    import deploy_local
+
+    return deploy_local
+
+
+def test_native_plan_is_the_compose_file_on_loopback(tmp_path: Path) -> None:
+    """Same commands and environment as compose; only host names, ports, container paths and the named
+    loopback additions differ (replaced here by plain string substitution, not the script's own code)."""
+    dl = _deploy_local()
+    compose = dl.load_compose({**FILLED, "RECRAWL_SCHEDULE": "none"})
+    ports = dl.Ports(api=18080, postgres=15432, s3=19000, dask=18786, dask_dashboard=18787, scheduler_health=18974,
+                     worker_dashboards=(18788, 18789))
+    plan = dl.native_plan(compose, ports, tmp_path / "home")
+    subst = {"postgres:5432": "127.0.0.1:15432", "minio:9000": "127.0.0.1:19000",
+             "dask-scheduler:8786": "127.0.0.1:18786", "airflow-apiserver:8080": "127.0.0.1:18080",
+             "localhost:8080": "127.0.0.1:18080", "/opt/airflow": str(tmp_path / "home"), "/opt/recrawl": str(REPO)}
+
+    def local(value: str) -> str:
+        for old, new in subst.items():
+            value = value.replace(old, new)
+        return value
+
+    services = compose["services"]
+    workers = sorted(n for n in services if n.startswith("dask-worker"))
+    assert set(plan.services) == {*AIRFLOW_SERVICES, "dask-scheduler", *workers}
+    for name, native in plan.services.items():
+        svc = services[name]
+        compose_env = {k: local(v) for k, v in _env(svc).items()}
+        extra = dl.native_env(name, ports, tmp_path / "home")
+        assert {k: v for k, v in native.env.items() if k in compose_env} == compose_env, name
+        assert set(native.env) == set(compose_env) | set(extra) | set(dl.base_env()), name
+        assert set(extra) <= {"AIRFLOW__SCHEDULER__SCHEDULER_HEALTH_CHECK_SERVER_HOST",
+                              "AIRFLOW__SCHEDULER__SCHEDULER_HEALTH_CHECK_SERVER_PORT"}, name
+        cmd = _command(svc)
+        added = dl.NATIVE_ARGS.get("dask-worker" if name in workers else name, [])
+        assert added in ([], ["--host", "127.0.0.1"]), name
+        argv = native.argv[:len(native.argv) - len(added)]
+        assert Path(argv[0]).name == cmd[0] and Path(argv[0]).parent == dl.VENV_BIN, name
+        assert len(argv) == len(cmd), name
+        for ours, theirs, prev in zip(argv[1:], cmd[1:], cmd[:-1], strict=True):
+            if prev == "--port":
+                assert ours == {"airflow-apiserver": "18080", "dask-scheduler": "18786"}[name], name
+            elif prev == "--dashboard-address":
+                assert ours.startswith("127.0.0.1:"), name
+            else:
+                assert ours == local(theirs), (name, ours, theirs)
+    # the one-shot jobs: the database compose creates, the bucket minio-init makes, the admin login
+    pg = _env(services["postgres"])
+    assert (plan.pg_user, plan.pg_password, plan.pg_db) == (pg["POSTGRES_USER"], pg["POSTGRES_PASSWORD"], pg["POSTGRES_DB"])
+    assert urlparse(plan.crawl_env["CRAWL_ROOT"]).netloc == plan.bucket
+    assert plan.admin_password == _env(services["airflow-init"])["AIRFLOW_ADMIN_PASSWORD"]
+    assert plan.crawl_env["AWS_ENDPOINT_URL"] == "http://127.0.0.1:19000"
+
+
+def test_versions_match_the_native_deployment() -> None:
+    """PostgreSQL's major version and Python's minor version are those `make deploy-local` runs."""
+    import sys
+
+    services = yaml.safe_load(COMPOSE.read_text(encoding="utf-8"))["services"]
+    major = int(services["postgres"]["image"].split(":")[1].split(".")[0])
+    assert Path(f"/usr/lib/postgresql/{major}").is_dir() or not list(Path("/usr/lib/postgresql").glob("*")), \
+        f"compose runs postgres:{major}, this machine has {sorted(p.name for p in Path('/usr/lib/postgresql').glob('*'))}"
+    text = DOCKERFILE.read_text(encoding="utf-8")
+    assert re.search(rf"^FROM python:{sys.version_info.major}\.{sys.version_info.minor}-slim\b", text, re.M)
+
+
+def test_compose_interpolation() -> None:
+    dl = _deploy_local()
+    assert dl.interpolate("a${X:-d}b${Y-e}$$Z", {"X": "", "Y": ""}) == "adb$Z"
+    assert dl.interpolate("${X}", {"X": "v"}) == "v"
+    assert dl.interpolate("${X:+alt}|${Y:+alt}|${Z+alt}", {"X": "v", "Y": "", "Z": ""}) == "alt||alt"
+    generated: dict[str, str] = {}
+    first = dl.interpolate("${SECRET:?set it}", {}, generated)
+    assert len(first) == 64 and dl.interpolate("${SECRET:?set it}", {}, generated) == first
+    with pytest.raises(dl.DeployError, match="SECRET must be set"):
+        dl.interpolate("${SECRET:?set it}", {})
