@@ -9,7 +9,8 @@ state between tasks.
 
 from __future__ import annotations
 
-from datetime import datetime
+import time
+from datetime import UTC, datetime
 from typing import Any
 
 import pyarrow as pa
@@ -64,6 +65,7 @@ def fetch_task(cfg: CrawlConfig, round_no: int, part: int, now: datetime) -> dic
     store = Store(cfg.root, cfg.crawl_id)
     if store.is_done(round_no, "fetched", part):
         return store.read_json(store.part_file(round_no, "fetched", part, "done"))
+    wait_after_dead_attempt(cfg, store, round_no, part)
     fetchlist = store.read_table(store.part_file(round_no, "fetchlist", part), FETCHLIST_SCHEMA)
     out = fetch_partition(
         cfg,
@@ -86,6 +88,25 @@ def fetch_task(cfg: CrawlConfig, round_no: int, part: int, now: datetime) -> dic
     stats = {"part": part, **_json_safe(out.stats)}
     store.mark_done(round_no, "fetched", part, stats)
     return stats
+
+
+def wait_after_dead_attempt(cfg: CrawlConfig, store: Store, round_no: int, part: int) -> float:
+    """Mark this fetch attempt; if an earlier one started and never finished, wait out its politeness.
+
+    An attempt dies with its worker (SIGKILL, OOM) or an exception, possibly just after a request to
+    one of the partition's hosts. Its rerun knows nothing of that request, so without this wait its first
+    request to the same host could follow within the host's delay. Any host's delay is at most
+    ``max(politeness_delay_s, max_crawl_delay_s)`` (hosts asking for more are deferred), and the dead
+    attempt sends nothing more, so one such wait from now keeps every gap the server sees >= the delay.
+    Returns the seconds waited (0 on a first attempt).
+    """
+    marker = store.part_file(round_no, "fetched", part, "attempt")
+    waited = 0.0
+    if store.exists(marker):
+        waited = max(cfg.politeness_delay_s, cfg.max_crawl_delay_s)
+        time.sleep(waited)
+    store.write_json(marker, {"started": datetime.now(UTC).isoformat(), "waited_s": waited})
+    return waited
 
 
 def parse_task(cfg: CrawlConfig, round_no: int, part: int, fetch_stats: dict[str, Any] | None = None) -> dict[str, Any]:
