@@ -30,6 +30,7 @@ group, so the components' children go too), in reverse start order; PostgreSQL t
 from __future__ import annotations
 
 import argparse
+import base64
 import json
 import os
 import re
@@ -100,10 +101,34 @@ def interpolate(value: str, env: Mapping[str, str], generated: dict[str, str] | 
         if op in ("?", ":?"):
             if generated is None:
                 raise DeployError(f"{name} must be set: {arg}")
-            return generated.setdefault(name, secrets.token_hex(32))
+            return generated.setdefault(name, session_secret(name))
         return ""
 
     return _VAR_RE.sub(repl, value)
+
+
+def session_secret(name: str) -> str:
+    """A random value for a required secret: a Fernet key where Airflow needs one, else 64 hex chars."""
+    if "FERNET" in name:
+        return base64.urlsafe_b64encode(secrets.token_bytes(32)).decode()
+    return secrets.token_hex(32)
+
+
+def read_dotenv(path: Path) -> dict[str, str]:
+    """KEY=VALUE lines of a compose ``.env`` file (``#`` comments, optional quotes); {} when absent."""
+    out: dict[str, str] = {}
+    if not path.is_file():
+        return out
+    for line in path.read_text(encoding="utf-8").splitlines():
+        line = line.strip()
+        if not line or line.startswith("#") or "=" not in line:
+            continue
+        key, value = line.removeprefix("export ").split("=", 1)
+        value = value.strip()
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+            value = value[1:-1]
+        out[key.strip()] = value
+    return out
 
 
 def load_compose(env: Mapping[str, str], generated: dict[str, str] | None = None,
@@ -366,7 +391,7 @@ class Deployment:
         self.state_dir.chmod(0o755)  # the postgres user must reach its data folder inside
         self.keep = keep
         self.log = log
-        env = {**os.environ}
+        env = {**read_dotenv(REPO / ".env"), **os.environ}  # as compose: the shell wins over .env
         env.setdefault("RECRAWL_SCHEDULE", "none")  # rounds when triggered; compose's default is hourly
         generated: dict[str, str] = {}
         compose = load_compose(env, generated)

@@ -453,5 +453,8 @@ def test_compose_interpolation() -> None:
     generated: dict[str, str] = {}
     first = dl.interpolate("${SECRET:?set it}", {}, generated)
     assert len(first) == 64 and dl.interpolate("${SECRET:?set it}", {}, generated) == first
+    from cryptography.fernet import Fernet
+
+    Fernet(dl.interpolate("${AIRFLOW_FERNET_KEY:?set it}", {}, generated))  # a valid key, or this raises
     with pytest.raises(dl.DeployError, match="SECRET must be set"):
         dl.interpolate("${SECRET:?set it}", {})
