@@ -491,7 +491,6 @@ class Deployment:
         for name in AIRFLOW_SERVICES:
             svc = self.plan.services[name]
             self._spawn(name, svc.argv, svc.env, cwd=self.plan.home)
-        api = next(p for p in self.procs if p.name == "airflow-apiserver")
 
         def all_alive() -> None:
             for p in self.procs:
@@ -499,7 +498,6 @@ class Deployment:
 
         wait_until(lambda: http_ok(self.plan.api_url + "/api/v2/monitor/health"), ready_timeout,
                    "airflow api-server", all_alive, every=1.0)
-        del api
         self.timings["airflow"] = time.monotonic() - t0
 
     def _run(self, name: str, argv: list[str], env: Mapping[str, str] | None = None, timeout: float = 120) -> None:
