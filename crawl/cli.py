@@ -1,4 +1,4 @@
-"""``python -m crawl …`` (also installed as ``crawl``): inject, round, run, stats, query, lookup, step.
+"""``python -m crawl …`` (also installed as ``crawl``): inject, round, run, stats, report, query, lookup, step.
 
 Configuration is one typed object (:mod:`crawl.config`): ``--config FILE`` (YAML) < ``CRAWL_*`` env <
 flags. An invalid value exits with status 2 and a message naming the key; bad seeds exit with
@@ -107,6 +107,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("stats", help="crawl summary (JSON)")
     _common(p)
 
+    p = sub.add_parser("report", help="print the path of the crawl's HTML report of its last round (written if missing)")
+    _common(p)
+    p.add_argument("--round", type=int, help="(re)write the report of this published round and print its path")
+
     p = sub.add_parser("query", help="run a named query (include/sql) or SQL over the views pages, crawldb, links, text")
     _common(p)
     p.add_argument("sql", nargs="?", default="summary")
@@ -145,9 +149,12 @@ def _dispatch(args: argparse.Namespace, cfg: CrawlConfig) -> int:
     elif args.cmd == "round":
         with make_progress() as progress:
             summary = rnd.run_round(cfg, args.seeds, _now(args.now), progress=progress)
+        summary["report"] = rnd.report(cfg, summary["round"])["path"]
         print(json.dumps(summary, default=str))
     elif args.cmd == "run":
         _run(cfg, args)
+    elif args.cmd == "report":
+        return _report(cfg, args)
     elif args.cmd == "stats":
         print(json.dumps(api.crawl_summary(cfg.root, cfg.crawl_id), indent=2, default=str))
     elif args.cmd == "query":
@@ -172,6 +179,29 @@ def _dispatch(args: argparse.Namespace, cfg: CrawlConfig) -> int:
             print(json.dumps(cap, indent=2, default=str))
     elif args.cmd == "step":
         print(json.dumps(_step(cfg, args), default=str))
+    return 0
+
+
+def _report(cfg: CrawlConfig, args: argparse.Namespace) -> int:
+    """Print the report's path; without --round, write the last round's report only when missing."""
+    from crawl import round as rnd
+    from crawl.report import report_path
+    from crawl.store import Store
+
+    store = Store(cfg.root, cfg.crawl_id)
+    current = store.current_round()
+    if args.round is not None:
+        if not 1 <= args.round <= current:
+            print(f"error: crawl {cfg.crawl_id!r} has no published round {args.round} "
+                  f"(published: {f'1..{current}' if current else 'none'})", file=sys.stderr)
+            return 2
+        print(rnd.report(cfg, args.round)["path"])
+        return 0
+    if current == 0:
+        print(f"error: crawl {cfg.crawl_id!r} has no published round under {cfg.root}", file=sys.stderr)
+        return 1
+    rel = report_path(store, current)
+    print(rnd.report(cfg, current)["path"] if not store.exists(rel) else store.location(rel))
     return 0
 
 
@@ -209,6 +239,7 @@ def _run(cfg: CrawlConfig, args: argparse.Namespace) -> None:
         for i in range(args.rounds):
             now = (start + timedelta(seconds=i * cfg.round_duration_s)) if start else datetime.now(UTC)
             summary = rnd.run_round(cfg, args.seeds if i == 0 else None, now, progress=progress, client=client)
+            progress(f"round {summary['round']} report: {rnd.report(cfg, summary['round'])['path']}")
             fp, up = summary["fetch_parse"], summary["update"]
             totals["fetched"] += fp.get("fetched", 0)
             totals["seconds"] += fp.get("seconds", 0.0)

@@ -29,6 +29,10 @@ Failures belong to the host: 429/503 push the host's next-allowed time (``Retry-
 backoff with jitter), and after ``cfg.max_host_errors`` errors the host's remaining URLs are deferred to
 a later round. Every input URL ends with at least one output row; a URL retried inside the task has one
 row per attempt (the consumer takes the latest ``fetch_time`` per URL).
+
+Where the time goes (in the task's stats, summed over queues, so they can exceed the wall time):
+``request_s`` is time inside HTTP requests (connect to last byte kept); ``politeness_wait_s`` is
+time a queue with work left sat between its requests (delay, Crawl-delay, 429/503 backoff).
 """
 
 from __future__ import annotations
@@ -126,6 +130,7 @@ class _Slot:
     retired: bool = False  # no longer counts against cfg.max_concurrent_hosts
     last_start: float = -1e9  # task-relative times of the last request start and answer
     last_answer: float = -1e9
+    idle_since: float | None = None  # when its last request ended (its politeness wait starts)
 
     def pick(self) -> _Host | None:
         """The next host (round-robin) that has a URL it may start now."""
@@ -504,6 +509,9 @@ class _Fetcher:
                 if h is None:
                     continue  # hosts blocked by robots.txt in flight: re-pushed when it ends
                 job = h.queue.popleft()
+                if s.idle_since is not None and s.in_flight == 0:
+                    self.stats["politeness_wait_s"] += now - s.idle_since
+                    s.idle_since = None
                 s.in_flight += 1
                 if job.robots:
                     h.blocked = True
@@ -574,6 +582,7 @@ class _Fetcher:
         truncated: str | None = None
         resp: aiohttp.ClientResponse | None = None
         meta: dict[str, Any] = {}
+        started = self.mono()
         try:
             async with asyncio.timeout(self.cfg.total_timeout_s):
                 async with self.session.get(url, headers=headers, allow_redirects=False,
@@ -611,6 +620,8 @@ class _Fetcher:
             if "status" not in meta:
                 self._answered(s)
             raise
+        finally:
+            self.stats["request_s"] += self.mono() - started
         return _Response(meta["status"], meta["reason"], meta["headers"], meta["req_headers"],
                          bytes(body), truncated, meta["ip"], meta["location"], meta["retry_after"])
 
@@ -633,6 +644,8 @@ class _Fetcher:
                 self.settle_host(h, R.DEFERRED, "robots_unavailable")
         finally:
             s.in_flight -= 1
+            if s.in_flight == 0:
+                s.idle_since = self.mono()
             if job.robots:
                 h.blocked = False
             self.push(s)
@@ -641,7 +654,9 @@ class _Fetcher:
     async def _gap(self, h: _Host) -> None:
         """Wait for the slot's next start, then take it (a redirect hop is a request to the host too)."""
         s = h.slot
-        await asyncio.sleep(max(0.0, s.next_at - self.mono()))
+        wait = max(0.0, s.next_at - self.mono())
+        self.stats["politeness_wait_s"] += wait
+        await asyncio.sleep(wait)
         s.last_start = self.mono()
         s.next_at = s.last_start + s.delay + (_GAP_MARGIN_S if s.delay > 0 else 0.0)
 

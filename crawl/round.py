@@ -23,9 +23,8 @@ from crawl import crawldb, frontier, schedule, seen
 from crawl.config import CrawlConfig
 from crawl.errors import SeedError
 from crawl.progress import steps_of
-from crawl.robots import crawl_delay, decode_robots
 from crawl.store import Store
-from crawl.tasks import fetch_task, load_robots_cache, parse_task
+from crawl.tasks import fetch_task, host_crawl_delays, parse_task
 from crawl.url import InvalidURL, canonicalize, filter_reason, host_of, parse_url, url_hash
 
 SEED_PRIORITY = 1_000.0
@@ -122,22 +121,6 @@ def inject(cfg: CrawlConfig, seeds: Sequence[str], now: datetime | None = None) 
 
 
 # ---- generate -------------------------------------------------------------------------------------
-def _host_delays(cfg: CrawlConfig, store: Store, version: int) -> pa.Table | None:
-    cache = load_robots_cache(store, version)
-    if cache is None or cache.num_rows == 0:
-        return None
-    # robots.txt is per origin; a host's cap follows the strictest Crawl-delay of its origins
-    worst: dict[str, float] = {}
-    for host, status, body in zip(cache.column("host").to_pylist(), cache.column("status").to_pylist(),
-                                  cache.column("body").to_pylist(), strict=True):
-        if status and 200 <= status < 300 and body:
-            d = crawl_delay(decode_robots(body, cfg.robots_max_bytes), cfg.user_agent)
-            if d:
-                worst[host] = max(worst.get(host, 0.0), float(d))
-    return pa.table({"host": pa.array(list(worst), pa.string()),
-                     "delay_s": pa.array(list(worst.values()), pa.float64())})
-
-
 def generate(cfg: CrawlConfig, now: datetime | None = None) -> dict[str, Any]:
     """Write this round's fetch lists (reused as they are when the round is being resumed)."""
     now = _utc(now)
@@ -156,7 +139,8 @@ def generate(cfg: CrawlConfig, now: datetime | None = None) -> dict[str, Any]:
         known = seen.sorted_unique(db.column("url_hash").to_numpy())
         cands.append(inj.filter(pa.array(~seen.confirm(inj.column("url_hash").to_numpy(), known))))
     candidates = pa.concat_tables(cands)
-    selected = frontier.select(cfg, candidates, now, _host_delays(cfg, store, n - 1))
+    selected = frontier.select(cfg, candidates, now,
+                               host_crawl_delays(store, n - 1, cfg.user_agent, cfg.robots_max_bytes))
     parts = frontier.split(cfg, selected)
     paths = []
     for k, t in enumerate(parts):
@@ -274,13 +258,32 @@ def publish(cfg: CrawlConfig, round_no: int) -> dict[str, Any]:
     for s in range(cfg.url_shards):
         if not store.exists(crawldb.shard_path(store, round_no, s)):
             raise RuntimeError(f"round {round_no}: CrawlDb shard {s} missing, run reprioritise first")
-    summary = {"round": round_no, "crawl_id": cfg.crawl_id, "published_at": datetime.now(UTC).isoformat()}
+    # the settings the round ran with, so reports and the dashboard can show them (delay, budget)
+    summary = {"round": round_no, "crawl_id": cfg.crawl_id, "published_at": datetime.now(UTC).isoformat(),
+               "config": cfg.to_dict()}
     for step in ("generate", "fetch_parse", "update", "reprioritise"):
         s = store.read_json(store.round_dir(round_no, f"{step}.json"), {})
         s.pop("per_partition", None)
         summary[step] = s
     store.publish(round_no, summary)
     return summary
+
+
+def report(cfg: CrawlConfig, round_no: int, origin: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Write the round's HTML report (``reports/crawl=ID/round=NNNNN.html``); safe to run twice.
+
+    ``origin`` (e.g. the Airflow DAG run: ``{"dag_id", "run_id"}``) is kept next to the round so the
+    report and the dashboard can link the round to the run that made it.
+    """
+    from crawl.reporthtml import write_report
+
+    store = _store(cfg)
+    if store.current_round() < round_no:
+        raise RuntimeError(f"round {round_no} is not published yet")
+    if origin:
+        store.write_json(store.round_dir(round_no, "airflow.json"), origin)
+    rel = write_report(cfg.root, cfg.crawl_id, round_no)
+    return {"round": round_no, "report": rel, "path": store.location(rel)}
 
 
 def run_round(cfg: CrawlConfig, seeds: Sequence[str] | None = None, now: datetime | None = None,

@@ -87,6 +87,10 @@ class Store:
         """An fsspec URL other libraries (warc.py) can open."""
         return join_url(self.root, rel)
 
+    def location(self, rel: str) -> str:
+        """Where a user finds ``rel``: an absolute local path, or an fsspec URL for remote roots."""
+        return self.abs(rel) if self.fs.__class__.__name__ == "LocalFileSystem" else self.url(rel)
+
     def exists(self, rel: str) -> bool:
         return self.fs.exists(self.abs(rel))
 

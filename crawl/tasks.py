@@ -57,6 +57,26 @@ def load_robots_cache(store: Store, version: int) -> pa.Table | None:
     return t.select(ROBOTS_CACHE_SCHEMA.names).cast(ROBOTS_CACHE_SCHEMA) if "origin" in t.column_names else None
 
 
+def host_crawl_delays(store: Store, version: int, user_agent: str, robots_max_bytes: int) -> pa.Table | None:
+    """(host, delay_s): the robots.txt Crawl-delay for ``user_agent`` of each host in the robots cache of
+    ``version`` that sets one (None when there is no cache yet). robots.txt is per origin; a host takes
+    the strictest Crawl-delay of its origins. Generate caps hosts by it; the dashboard shows it."""
+    from crawl.robots import crawl_delay, decode_robots
+
+    cache = load_robots_cache(store, version)
+    if cache is None or cache.num_rows == 0:
+        return None
+    worst: dict[str, float] = {}
+    for host, status, body in zip(cache.column("host").to_pylist(), cache.column("status").to_pylist(),
+                                  cache.column("body").to_pylist(), strict=True):
+        if status and 200 <= status < 300 and body:
+            d = crawl_delay(decode_robots(body, robots_max_bytes), user_agent)
+            if d:
+                worst[host] = max(worst.get(host, 0.0), float(d))
+    return pa.table({"host": pa.array(list(worst), pa.string()),
+                     "delay_s": pa.array(list(worst.values()), pa.float64())})
+
+
 def fetch_task(cfg: CrawlConfig, round_no: int, part: int, now: datetime) -> dict[str, Any]:
     """Fetch one partition: WARC files + fetch records + robots rows + sitemap entries, then the done
     marker (written last, so a partition with a marker has all its files)."""
