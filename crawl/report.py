@@ -85,11 +85,11 @@ def error_class_sql() -> str:
     return f"CASE {whens} END"
 
 
-def _iso(value: Any) -> str | None:
+def _iso(value: Any, timespec: str = "seconds") -> str | None:
     if value is None:
         return None
     if isinstance(value, datetime):
-        return value.astimezone(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+        return value.astimezone(UTC).isoformat(timespec=timespec).replace("+00:00", "Z")
     return str(value)
 
 
@@ -462,7 +462,7 @@ def capture_history(view: CrawlView, url: str) -> dict[str, Any]:
         ORDER BY f.fetch_time, f.round
     """, [canon])
     for a in attempts:
-        a["fetch_time"] = _iso(a["fetch_time"])
+        a["fetch_time"] = _iso(a["fetch_time"], "milliseconds")  # names the capture in body links
     row = view.rows("""
         SELECT status, source, depth, discovered_round, fetch_count, check_count, change_count,
                last_change_time, last_success_time, next_fetch_time, priority, change_rate, importance,
@@ -526,7 +526,7 @@ def capture_body(view: CrawlView, url: str, fetch_time: str) -> tuple[dict[str, 
     r = rec[0]
     record = read_record(view.store.root, r["warc_filename"], int(r["warc_record_offset"]),
                          int(r["warc_record_length"]))
-    cap["fetch_time"] = _iso(cap["fetch_time"])
+    cap["fetch_time"] = _iso(cap["fetch_time"], "milliseconds")
     return cap, record.payload
 
 
@@ -562,13 +562,32 @@ def build(root: str, crawl_id: str, as_of: int | None = None, queue_rows: int = 
     )
 
 
+def crawl_overview(root: str, crawl_id: str) -> dict[str, Any]:
+    """One line of the crawls list, from the last round's step stats only (no scan of the output)."""
+    store = Store(root, crawl_id)
+    n = store.current_round()
+    out: dict[str, Any] = {"crawl_id": crawl_id, "rounds": n, "round_time": None, "known": None, "requests": None,
+                           "discovered": None, "pages_per_s": None, "published_at": None, "dag_run": None,
+                           "report": None}
+    if n == 0:
+        return out
+    m = store.read_json(store.round_dir(n, "manifest.json"), {}) or {}
+    out.update(round_time=(m.get("generate") or {}).get("now"), known=(m.get("update") or {}).get("known"),
+               requests=(m.get("fetch_parse") or {}).get("fetched"),
+               discovered=(m.get("update") or {}).get("discovered"),
+               pages_per_s=(m.get("fetch_parse") or {}).get("pages_per_s"), published_at=m.get("published_at"),
+               dag_run=store.read_json(store.round_dir(n, "airflow.json")),
+               report=n if store.exists(report_path(store, n)) else None)
+    return out
+
+
 def report_path(store: Store, round_no: int) -> str:
     """Where the report file of round ``round_no`` lives, relative to the crawl root."""
     return f"reports/crawl={store.crawl_id}/round={round_no:05d}.html"
 
 
 __all__ = [
-    "ERROR_CLASSES", "RATE_BINS", "CrawlView", "Report", "build", "capture_body", "capture_history",
+    "ERROR_CLASSES", "RATE_BINS", "CrawlView", "Report", "build", "capture_body", "capture_history", "crawl_overview",
     "due_histogram", "freshness", "hosts", "open_view", "queue", "report_path", "round_series",
     "stale_series", "status_breakdown",
 ]

@@ -56,6 +56,7 @@ class Links(NoLinks):
     """Links between the dashboard's pages (under ``prefix``) and to the Airflow UI's DAG runs."""
 
     prefix: str = "/crawl/dashboard"
+    airflow_base: str = ""  # the Airflow UI's path prefix (empty at the server root)
     dag_id: str = "recrawl"
 
     def crawls(self) -> str:
@@ -77,13 +78,14 @@ class Links(NoLinks):
         return f"{self.crawl(cid)}/body?{urlencode({'url': url, 'at': at})}"
 
     def dag_runs(self) -> str:
-        return f"/dags/{quote(self.dag_id)}/runs"
+        return f"{self.airflow_base}/dags/{quote(self.dag_id)}/runs"
 
     def dag_run(self, run: dict[str, Any]) -> str | None:
         run_id = run.get("run_id") if isinstance(run, dict) else None
         if not run_id:
             return None
-        return f"/dags/{quote(str(run.get('dag_id') or self.dag_id), safe='')}/runs/{quote(str(run_id), safe='')}"
+        dag_id = quote(str(run.get("dag_id") or self.dag_id), safe="")
+        return f"{self.airflow_base}/dags/{dag_id}/runs/{quote(str(run_id), safe='')}"
 
 
 # ---- formatting filters -------------------------------------------------------------------------------

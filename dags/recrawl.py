@@ -1,6 +1,6 @@
 """The ``recrawl`` DAG: one DAG run is one crawl round.
 
-inject → generate → fetch_parse → update → reprioritise → report
+inject → generate → fetch_parse → update → reprioritise → report (publish + reports/crawl=ID/round=NNNNN.html)
 
 Each task is a thin call into the engine (``crawl.round``); the engine steps are idempotent functions
 of (config, round, now), so Airflow's retries and manual clears are always safe. Tasks hand each other
@@ -222,13 +222,16 @@ def recrawl() -> None:
 
     @task
     def report(prioritised: dict[str, Any]) -> dict[str, Any]:
-        """Publish the round (the engine's atomic commit) and return its summary stats."""
+        """Publish the round (the engine's atomic commit), write its HTML report, return its summary stats."""
         from crawl import round as rnd
 
-        cfg, _, _ = _cfg_and_now()
+        cfg, _, context = _cfg_and_now()
         stats = rnd.publish(cfg, prioritised["round"])
         log.info("crawl %s round %s published: %s", cfg.crawl_id, prioritised["round"], stats)
-        return {"crawl_id": cfg.crawl_id, "round": prioritised["round"], **_small(stats)}
+        run_id = context.get("run_id") or getattr(context.get("dag_run"), "run_id", None)
+        written = rnd.report(cfg, prioritised["round"], origin={"dag_id": DAG_ID, "run_id": run_id})
+        log.info("report: %s", written["path"])
+        return {"crawl_id": cfg.crawl_id, "round": prioritised["round"], "report": written["path"], **_small(stats)}
 
     report(reprioritise(update(fetch_parse(generate(inject())))))
 

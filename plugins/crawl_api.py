@@ -14,6 +14,8 @@ need read access to the DAG, starting a crawl needs the right to trigger it; the
                                     (never rendered on the Airflow origin: a crawled page's script
                                     would run as the logged-in user).
 * ``GET  /crawl/summary``           an HTML page of all crawls (linked in the UI's nav).
+* ``GET  /crawl/dashboard/...``     the crawl dashboard (plugins/crawl_dashboard.py), linked in the UI's
+                                    nav as "Crawls": charts per round, CrawlDb, queue, hosts, page lookup.
 
 How a run is triggered. The plugin calls the public REST API of the same server,
 ``POST /api/v2/dags/recrawl/dagRuns``, with the caller's own token. That is Airflow's stable,
@@ -38,6 +40,7 @@ import urllib.request
 from pathlib import Path
 from typing import Annotated, Any
 
+import crawl_dashboard  # plugins/ is on sys.path: Airflow puts its plugins folder there
 from airflow.api_fastapi.core_api.security import GetUserDep
 from airflow.plugins_manager import AirflowPlugin
 from crawl_auth import CAN_READ, CAN_TRIGGER, DAG_ID, LOGGED_IN
@@ -218,6 +221,13 @@ def _download_headers(capture: dict[str, Any]) -> dict[str, str]:
     }
 
 
+# what the dashboard pages (plugins/crawl_dashboard.py) take from this app: its crawl root and its
+# rule for serving stored bodies
+app.state.crawl_root = crawl_root
+app.state.download_headers = _download_headers
+app.include_router(crawl_dashboard.router, prefix="/dashboard")
+
+
 @app.get("/pages", response_model=None, dependencies=[CAN_READ])
 def get_page(
     url: Annotated[str, Query(min_length=1, max_length=8192)],
@@ -292,7 +302,7 @@ class CrawlApiPlugin(AirflowPlugin):
     fastapi_apps = [{"app": app, "url_prefix": "/crawl", "name": "Crawl API"}]
     external_views = [{
         "name": "Crawls",
-        "href": "/crawl/summary",
+        "href": "/crawl/dashboard/",
         "destination": "nav",
         "category": "browse",
         "url_route": "crawls",

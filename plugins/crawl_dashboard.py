@@ -1,0 +1,192 @@
+"""The crawl dashboard: HTML pages under ``/crawl/dashboard`` (mounted by plugins/crawl_api.py).
+
+Pages (each needs read access to the ``recrawl`` DAG, like the crawl API's read endpoints
+(plugins/crawl_auth.py); inside the Airflow UI the browser sends the ``_token`` cookie):
+
+* ``/crawl/dashboard/``                        the crawls under the crawl root, with their last round;
+* ``/crawl/dashboard/crawls/{id}``             per-round charts, CrawlDb status, next-round preview,
+                                               freshness, top hosts (the same layout as the report file);
+* ``/crawl/dashboard/crawls/{id}/hosts``       every host: pages, errors, backoffs, robots-denied, delay;
+* ``/crawl/dashboard/crawls/{id}/queue``       what the next round will fetch, and why;
+* ``/crawl/dashboard/crawls/{id}/page?url=``   a URL's capture history, with download links;
+* ``/crawl/dashboard/crawls/{id}/body?url=&at=``  the stored body of one capture;
+* ``/crawl/dashboard/crawls/{id}/reports/{n}`` the stored report file of round n.
+
+The figures come from :mod:`crawl.report` (DuckDB over the published output), the HTML from
+:mod:`crawl.reporthtml`; this module only routes, checks input and links to the Airflow UI (DAG runs
+open in the top window, not in the plugin's iframe). Charts are SVG made on the server: the pages
+load nothing from elsewhere. A published round never changes, so the overview of a crawl is cached
+until its next round is published.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from functools import lru_cache
+from typing import Annotated, Any
+
+from crawl_auth import CAN_READ
+from fastapi import APIRouter, HTTPException, Query, Request
+from fastapi.responses import HTMLResponse, Response
+
+from crawl.config import CRAWL_ID_RE
+
+# every page needs read access to the recrawl DAG, as the crawl API's read endpoints do
+router = APIRouter(dependencies=[CAN_READ])
+HOST_SORT_LABELS = {"pages": "pages fetched", "errors": "errors", "backoff": "backoffs",
+                    "robots_denied": "robots-denied URLs", "delay_s": "delay", "known": "known URLs"}
+
+
+def _root(request: Request) -> str:
+    """The crawl root, by the rule of the app that mounts this router (``app.state.crawl_root``)."""
+    return request.app.state.crawl_root()
+
+
+def _links(request: Request) -> Any:
+    """Links under this app's mount point (``/crawl`` on the API server, whatever proxy prefix)."""
+    from crawl.reporthtml import Links
+
+    root_path = request.scope.get("root_path", "").rstrip("/")
+    return Links(prefix=f"{root_path}/dashboard", airflow_base=re.sub(r"/crawl$", "", root_path))
+
+
+def _crawl_or_404(request: Request, crawl_id: str) -> int:
+    """The crawl's published round; 400 for a malformed id, 404 for an unknown crawl."""
+    from crawl.store import Store
+
+    if not CRAWL_ID_RE.match(crawl_id):
+        raise HTTPException(400, f"crawl_id must match {CRAWL_ID_RE.pattern}")
+    store = Store(_root(request), crawl_id)
+    if not store.ls(store.state()):
+        raise HTTPException(404, f"unknown crawl {crawl_id!r}")
+    return store.current_round()
+
+
+def _page(template: str, status: int = 200, **context: Any) -> HTMLResponse:
+    from crawl.reporthtml import render
+
+    return HTMLResponse(render(template, **context), status_code=status)
+
+
+@router.get("/", response_class=HTMLResponse)
+def crawls_page(request: Request) -> HTMLResponse:
+    from crawl import api, report
+
+    root = _root(request)
+    links = _links(request)
+    rows = []
+    for cid in api.list_crawls(root):
+        row = report.crawl_overview(root, cid)
+        if row["report"]:
+            row["report"] = f"{links.crawl(cid)}/reports/{row['report']}"
+        rows.append(row)
+    return _page("crawls.html", crawls=rows, root=root, links=links)
+
+
+@lru_cache(maxsize=16)
+def _overview_html(root: str, crawl_id: str, round_no: int, has_origin: bool, prefix: str, airflow_base: str) -> str:
+    """The per-crawl page; cached per published round (has_origin: the report task has linked its run)."""
+    from crawl import report
+    from crawl.reporthtml import Links, render_report
+
+    r = report.build(root, crawl_id, round_no)
+    return render_report(r, links=Links(prefix=prefix, airflow_base=airflow_base))
+
+
+@router.get("/crawls/{crawl_id}", response_class=HTMLResponse)
+def crawl_page(crawl_id: str, request: Request) -> HTMLResponse:
+    from crawl.store import Store
+
+    n = _crawl_or_404(request, crawl_id)
+    links = _links(request)
+    store = Store(_root(request), crawl_id)
+    has_origin = n > 0 and store.exists(store.round_dir(n, "airflow.json"))
+    return HTMLResponse(_overview_html(_root(request), crawl_id, n, has_origin, links.prefix, links.airflow_base))
+
+
+@router.get("/crawls/{crawl_id}/hosts", response_class=HTMLResponse)
+def hosts_page(crawl_id: str, request: Request,
+               sort: Annotated[str, Query()] = "pages",
+               limit: Annotated[int, Query(ge=1, le=5000)] = 200) -> HTMLResponse:
+    from crawl import charts, report
+
+    if sort not in report.HOST_SORTS:
+        raise HTTPException(400, f"sort must be one of {', '.join(report.HOST_SORTS)}")
+    n = _crawl_or_404(request, crawl_id)
+    view = report.open_view(_root(request), crawl_id, n)
+    rows = report.hosts(view, limit, sort)
+    top = rows[:15]
+    svg = charts.hbars(f"Top hosts by {HOST_SORT_LABELS[sort]}", [h["host"] for h in top],
+                       [(HOST_SORT_LABELS[sort], [h[sort] or 0 for h in top], "blue")])
+    return _page("hosts.html", cid=crawl_id, tab="hosts", links=_links(request), rows=rows, sort=sort,
+                 sort_label=HOST_SORT_LABELS[sort], sorts=list(HOST_SORT_LABELS.items()), chart=svg,
+                 total=report.host_count(view), round_no=n)
+
+
+@router.get("/crawls/{crawl_id}/queue", response_class=HTMLResponse)
+def queue_page(crawl_id: str, request: Request,
+               limit: Annotated[int, Query(ge=1, le=5000)] = 100) -> HTMLResponse:
+    from crawl import report
+
+    n = _crawl_or_404(request, crawl_id)
+    view = report.open_view(_root(request), crawl_id, n)
+    settings = view.step(n, "manifest").get("config") or {}
+    budget = {k: settings[k] for k in ("max_pages", "coverage_share") if k in settings} or None
+    if budget and len(budget) < 2:
+        budget = None
+    return _page("queue.html", cid=crawl_id, tab="queue", links=_links(request), q=report.queue(view, limit),
+                 round_no=n, budget=budget)
+
+
+@router.get("/crawls/{crawl_id}/page", response_class=HTMLResponse)
+def lookup_page(crawl_id: str, request: Request,
+                url: Annotated[str | None, Query(max_length=8192)] = None) -> HTMLResponse:
+    from crawl import report
+
+    n = _crawl_or_404(request, crawl_id)
+    ctx: dict[str, Any] = {"cid": crawl_id, "tab": "lookup", "links": _links(request), "asked": url, "h": None,
+                           "error": None}
+    if not url or not url.strip():
+        return _page("lookup.html", **ctx)
+    try:
+        ctx["h"] = report.capture_history(report.open_view(_root(request), crawl_id, n), url.strip())
+    except ValueError as exc:
+        ctx["error"] = str(exc)
+        return _page("lookup.html", status=400, **ctx)
+    return _page("lookup.html", **ctx)
+
+
+@router.get("/crawls/{crawl_id}/body")
+def body_download(crawl_id: str, request: Request, url: Annotated[str, Query(min_length=1, max_length=8192)],
+                  at: Annotated[str, Query(min_length=1, max_length=64)]) -> Response:
+    """The stored body of the capture of ``url`` at ``at`` (a revisit or 304 gets the body it points to)."""
+    from crawl import report
+
+    n = _crawl_or_404(request, crawl_id)
+    try:
+        cap, payload = report.capture_body(report.open_view(_root(request), crawl_id, n), url, at)
+    except ValueError as exc:
+        raise HTTPException(400, str(exc)) from exc
+    except LookupError as exc:
+        raise HTTPException(404, str(exc)) from exc
+    return Response(payload, media_type=str(cap.get("content_mime_type") or "application/octet-stream"), headers={
+        "X-Capture-Url": cap["url"], "X-Capture-Time": str(cap["fetch_time"]),
+        "X-Content-Digest": str(cap.get("content_digest") or ""),
+        # a download, never rendered on the Airflow origin: the crawl API's rule for stored bodies
+        **request.app.state.download_headers({"crawl_id": crawl_id, **cap}),
+    })
+
+
+@router.get("/crawls/{crawl_id}/reports/{round_no}", response_class=HTMLResponse)
+def report_file(crawl_id: str, round_no: int, request: Request) -> HTMLResponse:
+    """The report file the report task wrote for round ``round_no`` (as it was written)."""
+    from crawl.report import report_path
+    from crawl.store import Store
+
+    _crawl_or_404(request, crawl_id)
+    store = Store(_root(request), crawl_id)
+    rel = report_path(store, round_no)
+    if not store.exists(rel):
+        raise HTTPException(404, f"no report file for round {round_no} of {crawl_id!r}: {html.escape(rel)}")
+    return HTMLResponse(store.read_bytes(rel).decode("utf-8"))
