@@ -1,0 +1,218 @@
+"""The crawl dashboard pages (plugins/crawl_dashboard.py) served by the real Airflow API app over
+loopback HTTP, reading a crawl that ``python -m crawl run`` made of the simulated web; every number
+on the pages is checked against DuckDB over the crawl's files, every link is followed."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from urllib.parse import unquote
+
+import pytest
+from airflow_harness import REPO, configure_env
+from selectolax.lexbor import LexborHTMLParser as HTMLParser
+
+configure_env()  # before anything imports airflow
+
+CRAWL = "dash"
+PENDING = "waiting"  # seeds injected, no round published yet
+ROUNDS = 2
+RUN_ID = "manual__2026-12-01T10:00:00+00:00"
+
+
+def _duck(sql: str, params: list | None = None) -> list[tuple]:
+    import duckdb
+
+    return duckdb.connect().execute(sql, params or []).fetchall()
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory, simweb) -> Path:
+    """Two rounds by the CLI's ``crawl run`` (which writes each round's report file)."""
+    root = tmp_path_factory.mktemp("dashroot")
+    common = ["--root", str(root), "--resolve", simweb.resolve_rule]
+    proc = subprocess.run(
+        [sys.executable, "-m", "crawl", "run", *common, "--crawl-id", CRAWL, "--delay", "0.05", "--max-pages", "80",
+         "--partitions", "2", "--round-duration-s", "8", "--workers", "2", "--no-dashboard", "--rounds", str(ROUNDS),
+         "--seeds", *simweb.seed_urls(4)],
+        cwd=str(REPO), capture_output=True, text=True, timeout=600, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "report: " in proc.stderr
+    proc = subprocess.run([sys.executable, "-m", "crawl", "inject", *common, "--crawl-id", PENDING, "--seeds",
+                           simweb.seed_urls(1)[0]], cwd=str(REPO), capture_output=True, text=True, timeout=300,
+                          check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    # what the DAG's report task does at the end of a run: link the round to its DAG run
+    from crawl import round as rnd
+    from crawl.config import load_config
+
+    rnd.report(load_config(overrides={"root": str(root), "crawl_id": CRAWL}, use_env=False), ROUNDS,
+               origin={"dag_id": "recrawl", "run_id": RUN_ID})
+    return root
+
+
+@pytest.fixture(scope="module")
+def server(root: Path):
+    from airflow_harness import init_db, start_inprocess_api, sync_dags_to_db
+
+    saved = os.environ.get("CRAWL_ROOT")
+    os.environ["CRAWL_ROOT"] = str(root)
+    init_db()
+    sync_dags_to_db()
+    api = start_inprocess_api()
+    yield api
+    api.stop()
+    if saved is None:
+        os.environ.pop("CRAWL_ROOT", None)
+    else:
+        os.environ["CRAWL_ROOT"] = saved
+
+
+@pytest.fixture(scope="module")
+def token(server) -> str:
+    return server.token()
+
+
+def _get(server, token: str, path: str, status: int = 200) -> tuple[bytes, dict[str, str]]:
+    got, raw, headers = server.request("GET", path, token=token, timeout=120)
+    assert got == status, (path, got, raw[:500])
+    return raw, {k.lower(): v for k, v in headers.items()}
+
+
+def _doc(server, token: str, path: str, status: int = 200) -> HTMLParser:
+    raw, headers = _get(server, token, path, status)
+    assert headers["content-type"].startswith("text/html")
+    return HTMLParser(raw.decode("utf-8"))
+
+
+def _num(node) -> int:
+    return int(node.text().strip().replace(",", ""))
+
+
+def _db(root: Path, version: int = ROUNDS) -> str:
+    return f"read_parquet('{root}/state/crawl={CRAWL}/crawldb/v={version:05d}/*.parquet')"
+
+
+def _fx(root: Path, r: int | str = "*") -> str:
+    rr = r if r == "*" else f"{r:05d}"
+    return (f"(SELECT *, CAST(regexp_extract(filename, '/rounds/([0-9]+)/', 1) AS INTEGER) AS round "
+            f"FROM read_parquet('{root}/state/crawl={CRAWL}/rounds/{rr}/fetched/part=*.parquet', filename = true)) "
+            f"WHERE subset IN ('warc', 'crawldiagnostics')")
+
+
+@pytest.mark.parametrize("path", [
+    "/crawl/dashboard/", f"/crawl/dashboard/crawls/{CRAWL}", f"/crawl/dashboard/crawls/{CRAWL}/hosts",
+    f"/crawl/dashboard/crawls/{CRAWL}/queue", f"/crawl/dashboard/crawls/{CRAWL}/page?url=http://x.test/",
+    f"/crawl/dashboard/crawls/{CRAWL}/body?url=http://x.test/&at=2026-01-01T00:00:00Z",
+    f"/crawl/dashboard/crawls/{CRAWL}/reports/1",
+])
+def test_every_dashboard_page_needs_a_login(server, path: str) -> None:
+    assert server.request("GET", path)[0] == 401
+    assert server.request("GET", path, token="not-a-valid-jwt")[0] in (401, 403)
+
+
+def test_crawls_list_matches_duckdb_and_links_the_report_files(server, token: str, root: Path) -> None:
+    doc = _doc(server, token, "/crawl/dashboard/")
+    row = doc.css_first(f'table#crawls tr[data-crawl="{CRAWL}"]')
+    assert _num(row.css_first('[data-k="rounds"]')) == ROUNDS
+    assert _num(row.css_first('[data-k="known"]')) == _duck(f"SELECT count(*) FROM {_db(root)}")[0][0]
+    pending = doc.css_first(f'table#crawls tr[data-crawl="{PENDING}"]')
+    assert _num(pending.css_first('[data-k="rounds"]')) == 0
+    # the report file link serves the file `crawl run` wrote, byte for byte
+    href = [a.attributes["href"] for a in row.css("a") if "/reports/" in a.attributes.get("href", "")][0]
+    raw, _ = _get(server, token, href)
+    assert raw == (root / "reports" / f"crawl={CRAWL}" / f"round={ROUNDS:05d}.html").read_bytes()
+    assert (root / "reports" / f"crawl={CRAWL}" / "round=00001.html").exists()  # crawl run wrote every round's
+    _get(server, token, f"/crawl/dashboard/crawls/{CRAWL}/reports/9", 404)
+
+
+def test_crawl_overview_charts_and_numbers_match_duckdb(server, token: str, root: Path) -> None:
+    doc = _doc(server, token, f"/crawl/dashboard/crawls/{CRAWL}")
+    charts = doc.css("svg.chart")
+    assert len(charts) >= 12 and all(c.css_first("title") for c in charts)
+    assert not doc.css("script[src], link[href], img[src]")  # nothing loaded from elsewhere
+    for r in range(1, ROUNDS + 1):
+        fetched, errors = _duck(f"SELECT count(*) FILTER (WHERE status = 'fetched'), "
+                                f"count(*) FILTER (WHERE status IN ('retry', 'http_error', 'gone')) FROM {_fx(root, r)}")[0]
+        new = _duck(f"SELECT count(*) FROM {_db(root)} WHERE discovered_round = {r}")[0][0]
+        tr = doc.css_first(f'table#rounds tr[data-round="{r}"]')
+        got = [_num(tr.css_first(f'[data-k="{k}"]')) for k in ("fetched", "errors", "new_urls")]
+        assert got == [fetched, errors, new], r
+    for tr in doc.css("table#status tbody tr"):
+        status = tr.attributes["data-status"]
+        assert _num(tr.css_first('[data-k="urls"]')) == _duck(
+            f"SELECT count(*) FROM {_db(root)} WHERE status = ?", [status])[0][0]
+    assert len(doc.css("table#status tbody tr")) == _duck(f"SELECT count(DISTINCT status) FROM {_db(root)}")[0][0]
+    for tr in doc.css("table#hosts tbody tr"):
+        pages = _duck(f"SELECT count(*) FROM {_fx(root)} AND status = 'fetched' AND host = ?",
+                      [tr.attributes["data-host"]])[0][0]
+        assert _num(tr.css_first('[data-k="pages"]')) == pages
+    # the round made by the DAG links to its run, in the top window (the page is in the UI's iframe)
+    run_links = [a for a in doc.css("table#rounds a") if "/dags/" in a.attributes.get("href", "")]
+    assert [unquote(a.attributes["href"]) for a in run_links] == [f"/dags/recrawl/runs/{RUN_ID}"]
+    assert run_links[0].attributes["target"] == "_top"
+    # every link between the dashboard's pages works
+    for a in doc.css("nav.tabs a, .crumbs a"):
+        _get(server, token, a.attributes["href"])
+
+
+def test_hosts_page_sorts_and_refuses_a_bad_sort(server, token: str, root: Path) -> None:
+    doc = _doc(server, token, f"/crawl/dashboard/crawls/{CRAWL}/hosts?sort=errors")
+    assert doc.css_first("svg.chart") is not None
+    rows = doc.css("table#hosts tbody tr")
+    assert len(rows) == _duck(f"SELECT count(DISTINCT host) FROM (SELECT host FROM {_db(root)} "
+                              f"UNION SELECT host FROM {_fx(root)})")[0][0]
+    errors = [_num(tr.css_first('[data-k="errors"]')) for tr in rows]
+    assert errors == sorted(errors, reverse=True)
+    expect = dict(_duck(f"SELECT host, count(*) FROM {_fx(root)} AND status IN ('retry', 'http_error', 'gone') "
+                        f"GROUP BY 1"))
+    assert {tr.attributes["data-host"]: e for tr, e in zip(rows, errors, strict=True) if e} == expect
+    _get(server, token, f"/crawl/dashboard/crawls/{CRAWL}/hosts?sort=nonsense", 400)
+
+
+def test_queue_page_counts_what_is_due_by_the_next_round(server, token: str, root: Path) -> None:
+    from datetime import datetime, timedelta
+
+    state = root / "state" / f"crawl={CRAWL}" / "rounds" / f"{ROUNDS:05d}"
+    now = datetime.fromisoformat(json.loads((state / "generate.json").read_text())["now"])
+    at = now + timedelta(seconds=json.loads((state / "reprioritise.json").read_text())["round_spacing_s"])
+    due = dict(_duck(f"""
+        SELECT coalesce(fetch_count, 0) = 0, count(*) FROM {_db(root)}
+        WHERE status NOT IN ('gone', 'filtered') AND (next_fetch_time IS NULL OR next_fetch_time <= ?)
+        GROUP BY 1""", [at]))
+    doc = _doc(server, token, f"/crawl/dashboard/crawls/{CRAWL}/queue")
+    assert _num(doc.css_first('[data-k="due_new"] .v')) == due.get(True, 0)
+    assert _num(doc.css_first('[data-k="due_refetch"] .v')) == due.get(False, 0)
+    assert len(doc.css("table#queue-new tbody tr")) == min(100, due.get(True, 0))
+
+
+def test_page_lookup_shows_the_history_and_downloads_the_stored_bodies(server, token: str, root: Path,
+                                                                        simweb) -> None:
+    from crawl.fingerprint import payload_digest
+
+    seed = simweb.seed_urls(1)[0]
+    doc = _doc(server, token, f"/crawl/dashboard/crawls/{CRAWL}/page?url={seed.upper()}")
+    assert doc.css_first("#canonical").text() == seed
+    raw = _duck(f"SELECT round, payload_digest FROM {_fx(root)} AND url = ? ORDER BY fetch_time", [seed])
+    rows = doc.css("table#history tbody tr")
+    assert [int(tr.attributes["data-round"]) for tr in rows] == [r for r, _ in raw]
+    downloads = [a.attributes["href"] for a in doc.css("table#history a") if "/body?" in a.attributes["href"]]
+    assert downloads
+    digests = {d for _, d in raw}
+    for href in downloads:
+        body, headers = _get(server, token, href)
+        assert payload_digest(body) in digests
+        assert headers["content-disposition"].startswith("attachment") and "sandbox" in headers["content-security-policy"]
+    doc = _doc(server, token, f"/crawl/dashboard/crawls/{CRAWL}/page?url=ftp://example.com/", 400)
+    assert "http(s)" in doc.css_first("#lookup-error").text()
+    _get(server, token, f"/crawl/dashboard/crawls/{CRAWL}/body?url={seed}&at=2001-01-01T00:00:00Z", 404)
+    _get(server, token, "/crawl/dashboard/crawls/nosuchcrawl/page", 404)
+    _get(server, token, "/crawl/dashboard/crawls/Bad%20Id", 400)
+
+
+def test_a_crawl_without_a_published_round(server, token: str) -> None:
+    doc = _doc(server, token, f"/crawl/dashboard/crawls/{PENDING}")
+    assert "no round has been published" in doc.body.text()
