@@ -420,4 +420,6 @@ def test_summary_page_and_external_view(server, token: str) -> None:
     plugins = _json(server.request("GET", "/api/v2/plugins", token=token))["plugins"]
     crawl_plugin = next(p for p in plugins if p["name"] == "crawl_api")
     assert crawl_plugin["fastapi_apps"][0]["url_prefix"] == "/crawl"
-    assert crawl_plugin["external_views"][0]["href"] == "/crawl/summary"
+    view = crawl_plugin["external_views"][0]
+    assert view["href"] == "/crawl/dashboard/" and view["destination"] == "nav"  # the crawl dashboard
+    assert server.request("GET", view["href"], token=token)[0] == 200
