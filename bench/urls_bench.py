@@ -30,9 +30,6 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from crawl.config import CrawlConfig  # noqa: E402
 from crawl.url import (  # noqa: E402
-    _DEFAULT_TRACKING,
-    _canonicalize,
-    _simple_mask,
     canonicalize_many,
     filter_reason,
     filter_reasons,
@@ -41,6 +38,8 @@ from crawl.url import (  # noqa: E402
     url_hash,
     url_hashes,
 )
+from crawl.url.canon import _DEFAULT_TRACKING, _canonicalize  # noqa: E402
+from crawl.url.columns import _simple_mask  # noqa: E402
 
 WORDS = ["news", "article", "2024", "products", "item", "category", "about", "blog", "post", "page", "tag",
          "search", "index.html", "view", "list", "docs", "en", "de", "user", "profile", "img", "static",

@@ -70,6 +70,7 @@ def test_url_resolution_at_least_95_percent() -> None:
 def test_canonicalisation_against_w3lib_count() -> None:
     parts, (passed, failed), out = _run(
         "check_urls.py", "--resolve", "none", "--canon", "crawl.url:canonicalize", "-v")
-    # 52 of 65 runnable; each difference is a documented policy choice (crawl/url/ docstring).
-    assert passed >= 52, out
+    # 48 of 65 runnable; each difference is a documented policy choice (crawl/url/canon.py docstring).
+    # 4 of them (the userinfo cases) because canonical URLs drop userinfo, as issue 8 requires.
+    assert passed >= 48, out
     assert "rfc3986 3/3" in out and "w3lib-idempotent 1/1" in out, out

@@ -11,7 +11,9 @@ dot-segment resolution):
 * query parameters are sorted by name with a *stable* sort (repeated names keep their relative
   order, which some servers depend on), empty parameters (``&&``) are removed, tracking parameters
   (names compared case-insensitively) are dropped, and an empty query loses its ``?``;
-* userinfo is kept (it addresses a different resource on some servers).
+* userinfo is dropped (``user:pw@host`` is the same server and, for a crawler, the same page; keeping
+  it would split one page into many keys and carry credentials into stored data);
+* the host is the URL model's (:class:`crawl.url.parse.URL`): a trailing dot is removed.
 
 Differences from w3lib's ``canonicalize_url`` (``check_urls.py --canon crawl.url:canonicalize``
 counts them; all deliberate):
@@ -35,7 +37,7 @@ from collections.abc import Iterable
 from functools import lru_cache
 
 from crawl.config import DEFAULT_TRACKING_PARAMS
-from crawl.url.parse import _FAST_RE, Parts, _fast_unsafe, parse
+from crawl.url.parse import URL, InvalidURL, parse_url
 
 _PCT_RE = re.compile(r"%([0-9A-Fa-f]{2})")
 _UNRESERVED = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
@@ -82,24 +84,13 @@ def _strip_path_params(path: str, tracking: frozenset[str]) -> str:
     return _PATH_PARAM_RE.sub(lambda m: "" if m.group(1).lower() in tracking else m.group(0), path)
 
 
-def _canon_parts(p: Parts, tracking: frozenset[str]) -> str:
-    path = _norm_pct("/".join(p.path))
+def _canon_parts(p: URL, tracking: frozenset[str]) -> str:
+    path = _norm_pct(p.path)
     if ";" in path:
         path = _strip_path_params(path, tracking)
     query = _canon_query(p.query, tracking) if p.query else ""
-    out = [p.scheme, "://"]
-    if p.username or p.password:
-        out.append(_norm_pct(p.username))
-        if p.password:
-            out.append(":" + _norm_pct(p.password))
-        out.append("@")
-    out.append(p.host)
-    if p.port is not None:
-        out.append(f":{p.port}")
-    out.append("/" + path)
-    if query:
-        out.append("?" + query)
-    return "".join(out)
+    port = f":{p.port}" if p.port is not None else ""
+    return f"{p.scheme}://{p.host}{port}{path}?{query}" if query else f"{p.scheme}://{p.host}{port}{path}"
 
 
 def canonicalize(url: str, tracking_params: Iterable[str] = DEFAULT_TRACKING_PARAMS) -> str | None:
@@ -110,21 +101,10 @@ def canonicalize(url: str, tracking_params: Iterable[str] = DEFAULT_TRACKING_PAR
 
 
 def _canonicalize(url: str, tracking: frozenset[str]) -> str | None:
-    m = _FAST_RE.fullmatch(url)
-    if m and not _fast_unsafe(m):
-        # already WHATWG-clean: only our policy (host case, %-normalisation, query order) applies
-        path = m.group(3) or "/"
-        if "%" in path:
-            path = _norm_pct(path)
-        if ";" in path:
-            path = _strip_path_params(path, tracking)
-        query = m.group(4)
-        q = _canon_query(query[1:], tracking) if query and len(query) > 1 else ""
-        return f"{m.group(1)}://{m.group(2).lower()}{path}?{q}" if q else f"{m.group(1)}://{m.group(2).lower()}{path}"
-    p = parse(url)
-    if p is None:
+    try:
+        return _canon_parts(parse_url(url), tracking)
+    except InvalidURL:
         return None
-    return _canon_parts(p, tracking)
 
 
 canonical = canonicalize  # the name conformance/SOURCES.md's examples use

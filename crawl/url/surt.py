@@ -21,7 +21,8 @@ from crawl.url.columns import (
     _split_simple,
     _view_array,
 )
-from crawl.url.parse import host_of, parse
+from crawl.url.parse import _IPV4_DOTTED as _IPV4_RE
+from crawl.url.parse import InvalidURL, host_of, parse_url
 
 
 @lru_cache(maxsize=1)
@@ -29,9 +30,6 @@ def _extractor():
     import tldextract  # deferred: building the suffix trie costs ~100 ms
 
     return tldextract.TLDExtract(suffix_list_urls=(), cache_dir=None)
-
-
-_IPV4_RE = re.compile(r"\d{1,3}(?:\.\d{1,3}){3}")
 
 
 @lru_cache(maxsize=65536)
@@ -61,8 +59,9 @@ def surt(url: str) -> str | None:
     trailing slash dropped except for the root. Tracking parameters are *not* removed here: pass the
     canonical URL if they should be.
     """
-    p = parse(url)
-    if p is None:
+    try:
+        p = parse_url(url)
+    except InvalidURL:
         return None
     host = p.host
     if host.startswith("[") or _IPV4_RE.fullmatch(host):
@@ -71,7 +70,7 @@ def surt(url: str) -> str | None:
         key = ",".join(reversed(_WWW_RE.sub("", host).split(".")))
     if p.port is not None:
         key += f":{p.port}"
-    path = _norm_pct("/" + "/".join(p.path)).lower()
+    path = _norm_pct(p.path).lower()
     if len(path) > 1 and path.endswith("/"):
         path = path[:-1]
     out = key + ")" + path
@@ -150,15 +149,17 @@ def _surts_block(arr: pa.Array) -> pa.Array:
     return pa.concat_arrays([done, slow]).take(pa.array(where))
 
 
-def politeness_key(url: str, mode: str = "host", resolver: Mapping[str, str] | None = None) -> str | None:
-    """The key politeness is enforced on: the host, its registered domain, or its IP.
+def politeness_key(url: str, mode: str = "host", resolver: Mapping[str, str] | None = None) -> str:
+    """The key politeness is enforced on: the URL model's host, its registered domain, or its IP.
 
-    ``ip`` uses ``resolver`` (host -> IP, as the fetcher's DNS cache knows it) and falls back to the
-    host when the host is not in it, so an unresolved host is still polite on its own.
+    ``user@HOST:80``, ``host`` and ``HOST.`` are one key (one queue, one partition); IPv6 hosts keep
+    their full bracketed address. ``ip`` uses ``resolver`` (host -> IP, as the fetcher's DNS cache
+    knows it) and falls back to the host when the host is not in it, so an unresolved host is still
+    polite on its own. :class:`InvalidURL` if ``url`` has no usable host.
     """
+    if mode not in ("host", "domain", "ip"):
+        raise ValueError(f"politeness_key mode must be host, domain or ip, got {mode!r}")
     host = host_of(url)
-    if host is None:
-        return None
     if mode == "host":
         return host
     if mode == "domain":
