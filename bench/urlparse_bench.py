@@ -27,7 +27,11 @@ from urllib.parse import urlsplit
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import ada_url  # noqa: E402
-import can_ada  # noqa: E402
+
+try:  # the runner-up, not a dependency: pip install can-ada==3.0.0 to time it
+    import can_ada
+except ImportError:
+    can_ada = None
 
 from bench.urls_bench import make_links  # noqa: E402
 
@@ -124,7 +128,7 @@ def main() -> None:
     print(f"{args.n:,} URLs ({len(set(urls)):,} distinct) made in {time.perf_counter() - t0:.1f} s; "
           f"ada-url {ada_url.get_version()}")
     cands = [("ada-url URL()", with_ada_url), ("ada-url parse_url()", with_ada_url_dict),
-             ("can-ada parse()", with_can_ada), ("crawl.url.parse_url", with_model),
+             *([("can-ada parse()", with_can_ada)] if can_ada else []), ("crawl.url.parse_url", with_model),
              ("urllib.urlsplit", with_urllib)]
     ref = with_ada_url(urls[:20000])
     times = {}

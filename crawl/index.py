@@ -8,8 +8,6 @@ the round overwrites them, and DuckDB reads the tree with ``hive_partitioning``.
 
 from __future__ import annotations
 
-import re
-
 import duckdb
 import numpy as np
 import pyarrow as pa
@@ -17,7 +15,7 @@ import pyarrow.compute as pc
 
 from crawl.config import CrawlConfig
 from crawl.store import Store
-from crawl.url import registered_domain, surts
+from crawl.url import is_ip_host, registered_domain, surts, tld, url_columns
 
 INDEX_SCHEMA = pa.schema([
     ("url_surtkey", pa.string()),
@@ -75,12 +73,6 @@ LINKS_SCHEMA = pa.schema([
     ("round", pa.int32()),
 ])
 
-# an IPv6 host keeps its brackets (``[::1]``), as in the canonical URL
-_URL_RE = (r"^(?P<proto>[a-zA-Z][a-zA-Z0-9+.-]*)://(?P<host>\[[^\]]*\]|[^/:?#]*)(?::(?P<port>\d*))?"
-           r"(?P<path>[^?#]*)(?:\?(?P<query>[^#]*))?")
-_IPV4_RE = re.compile(r"\d{1,3}(?:\.\d{1,3}){3}")
-
-
 def host_tld_and_domain(host: str | None) -> tuple[str | None, str | None]:
     """Common Crawl's ``url_host_tld`` and ``url_host_registered_domain`` of one host.
 
@@ -88,37 +80,25 @@ def host_tld_and_domain(host: str | None) -> tuple[str | None, str | None]:
     a name's TLD is its last label (``uk`` for ``www.bbc.co.uk``, punycode for IDNs) and its
     registered domain comes from the Public Suffix List (:func:`crawl.url.registered_domain`).
     """
-    if not host or host.startswith("[") or _IPV4_RE.fullmatch(host):
+    if not host or is_ip_host(host):
         return None, None
-    return host.rsplit(".", 1)[-1], registered_domain(host)
-
-
-def hosts_of(urls: pa.Array) -> pa.Array:
-    parts = pc.extract_regex(urls, _URL_RE)
-    return pc.utf8_lower(pc.struct_field(parts, "host"))
+    return tld(host), registered_domain(host)
 
 
 def _split_url(urls: pa.Array) -> dict[str, pa.Array]:
-    parts = pc.extract_regex(urls, _URL_RE)
-    host = pc.utf8_lower(pc.struct_field(parts, "host"))
-    port_s = pc.struct_field(parts, "port")
-    port = pc.if_else(pc.equal(port_s, ""), pa.scalar(None, pa.string()), port_s).cast(pa.int32())
-    path = pc.struct_field(parts, "path")
-    path = pc.if_else(pc.equal(path, ""), "/", path)
-    # no '?' before any '#': no query (NULL, as in Common Crawl), unlike an empty one after a bare '?'
-    has_query = pc.match_substring_regex(urls, r"^[^#]*\?")
-    query = pc.if_else(has_query, pc.struct_field(parts, "query"), pa.scalar(None, pa.string()))
+    cols = url_columns(urls)
+    host = cols["host"]
     # per distinct host, not per row
     enc = pc.dictionary_encode(host)
     pairs = [host_tld_and_domain(h) for h in enc.dictionary.to_pylist()]
     tlds = pa.array([t for t, _ in pairs], pa.string()).take(enc.indices)
     domains = pa.array([d for _, d in pairs], pa.string()).take(enc.indices)
     return {
-        "url_protocol": pc.utf8_lower(pc.struct_field(parts, "proto")),
+        "url_protocol": cols["scheme"],
         "url_host_name": host,
-        "url_port": port,
-        "url_path": path,
-        "url_query": query,
+        "url_port": cols["port"],
+        "url_path": cols["path"],
+        "url_query": cols["query"],
         "url_host_registered_domain": domains,
         "url_host_tld": tlds,
     }

@@ -28,11 +28,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from functools import lru_cache
-from urllib.parse import urlsplit
 
 from protego import Protego
 
 from crawl.config import PRODUCT_TOKEN
+from crawl.url import InvalidURL, parse_url
 
 # Fields whose lines we hand to Protego; everything else is dropped so it cannot end a group. Protego's
 # accepted spellings (``useragent``, ``disallaw`` ...) are kept so its leniency is preserved.
@@ -121,7 +121,12 @@ def _agent(token: str) -> str:
 
 
 def _is_robots_txt(url: str) -> bool:
-    return "/robots.txt" in url and urlsplit(url).path == "/robots.txt"
+    if "/robots.txt" not in url:
+        return False
+    try:
+        return parse_url(url).path == "/robots.txt"
+    except InvalidURL:
+        return False
 
 
 def is_allowed(robots_txt: str, user_agent: str, url: str) -> bool:

@@ -37,7 +37,7 @@ from crawl.config import CrawlConfig
 from crawl.records import FETCH_SCHEMA, LINK_SCHEMA, PAGE_SCHEMA, SITEMAP_SCHEMA
 from crawl.store import Store
 from crawl.tasks import CONTROL_SUBSETS, DIGESTS_SCHEMA, ROBOTS_CACHE_SCHEMA, load_robots_cache
-from crawl.url import canonicalize_many, filter_reasons, politeness_key, url_hashes
+from crawl.url import canonicalize_many, filter_reasons, politeness_key, url_columns, url_hashes
 
 # what prepare hands to each shard merge for a URL fetched this round
 FETCH_UPDATE_SCHEMA = pa.schema([
@@ -339,7 +339,7 @@ def _new_urls(cfg: CrawlConfig, store: Store, con: duckdb.DuckDBPyConnection, db
     stats = {"bloom_maybe": maybe_total, "bloom_false_positives": fp_total}
     if cand.num_rows == 0:
         return crawldb.CRAWLDB_SCHEMA.empty_table(), stats
-    cand = cand.append_column("host", index.hosts_of(cand.column("url")))
+    cand = cand.append_column("host", url_columns(cand.column("url"), ("host",))["host"])
     # per-host total cap: URLs already known for the host + new ones, seeds and shallow ones first
     con.register("cand", cand)
     known = f"SELECT host, count(*) AS n FROM {db_src} GROUP BY 1" if db_src else \

@@ -29,7 +29,6 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from types import TracebackType
 from typing import IO
-from urllib.parse import urlsplit
 
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
@@ -38,6 +37,7 @@ from warcio.statusandheaders import StatusAndHeaders
 from warcio.warcwriter import WARCWriter
 
 from crawl.fingerprint import payload_digest
+from crawl.url import parse_url
 
 SOFTWARE = "recrawl/0.1 (warcio)"
 REVISIT_PROFILE = "http://netpreserve.org/warc/1.1/revisit/identical-payload-digest"
@@ -113,11 +113,8 @@ def _response_headers(headers: list[tuple[str, str]], payload_len: int) -> list[
 
 def _request_target(url: str) -> str:
     """Origin-form request target (path + query) for the request line."""
-    parts = urlsplit(url)
-    target = parts.path or "/"
-    if parts.query:
-        target += "?" + parts.query
-    return target
+    u = parse_url(url)
+    return f"{u.path}?{u.query}" if u.query else u.path
 
 
 def _fs_and_path(root: str, rel_path: str) -> tuple[fsspec.AbstractFileSystem, str]:

@@ -71,7 +71,18 @@ class URL:
 
     @property
     def is_ip(self) -> bool:
-        return self.host.startswith("[") or _IPV4_DOTTED.fullmatch(self.host) is not None
+        return is_ip_host(self.host)
+
+    @property
+    def has_query(self) -> bool:
+        """A ``?`` was there, even with nothing after it (``query`` is ``""`` either way). In the
+        serialisation a ``?`` before any ``#`` can only start the query: the path encodes its own."""
+        return "?" in self._href.split("#", 1)[0]
+
+
+def is_ip_host(host: str) -> bool:
+    """Is a URL model host an IP address (dotted-decimal IPv4 or bracketed IPv6)?"""
+    return host.startswith("[") or _IPV4_DOTTED.fullmatch(host) is not None
 
 
 def _utf8(s: str) -> bytes:

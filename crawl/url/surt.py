@@ -21,8 +21,7 @@ from crawl.url.columns import (
     _split_simple,
     _view_array,
 )
-from crawl.url.parse import _IPV4_DOTTED as _IPV4_RE
-from crawl.url.parse import InvalidURL, host_of, parse_url
+from crawl.url.parse import InvalidURL, host_of, is_ip_host, parse_url
 
 
 @lru_cache(maxsize=1)
@@ -39,12 +38,18 @@ def registered_domain(host: str) -> str:
     IP addresses and hosts without a known suffix (``localhost``, ``site.test``) return the host
     itself, so the result is always usable as a grouping key.
     """
-    if not host or host.startswith("[") or _IPV4_RE.fullmatch(host):
+    if not host or is_ip_host(host):
         return host
     ext = _extractor()(host)
     if ext.domain and ext.suffix:
         return f"{ext.domain}.{ext.suffix}"
     return host
+
+
+def tld(host: str) -> str | None:
+    """The last label of a URL model host (``uk`` of ``news.example.co.uk``, punycode for IDNs);
+    None for an IP address (its last octet is no top-level domain)."""
+    return None if is_ip_host(host) else host.rsplit(".", 1)[-1]
 
 
 _WWW_RE = re.compile(r"^www\d*\.")
@@ -64,7 +69,7 @@ def surt(url: str) -> str | None:
     except InvalidURL:
         return None
     host = p.host
-    if host.startswith("[") or _IPV4_RE.fullmatch(host):
+    if is_ip_host(host):
         key = host
     else:
         key = ",".join(reversed(_WWW_RE.sub("", host).split(".")))
@@ -115,8 +120,9 @@ def _surts_block(arr: pa.Array) -> pa.Array:
     lab_row = np.repeat(np.arange(m), nlab)
     j = np.arange(int(nlab.sum())) - np.repeat(np.cumsum(nlab) - nlab, nlab)
     right = i1[lab_row] - j  # index of the dot after the label (i1 = the host's end)
-    lab_hi = np.where(right < i1[lab_row], dots[np.minimum(right, len(dots) - 1)], hoff[1:][lab_row])
-    lab_lo = np.where(right - 1 >= i0[lab_row], dots[np.maximum(right - 1, 0)] + 1, hoff[:-1][lab_row])
+    pad = dots if len(dots) else np.zeros(1, np.int64)  # no dot in any host: every index is masked out
+    lab_hi = np.where(right < i1[lab_row], pad[np.minimum(right, len(pad) - 1)], hoff[1:][lab_row])
+    lab_lo = np.where(right - 1 >= i0[lab_row], pad[np.maximum(right - 1, 0)] + 1, hoff[:-1][lab_row])
     labels = _view_array([hd], None, lab_lo, lab_hi - lab_lo)
     loff = np.zeros(m + 1, np.int32)
     np.cumsum(nlab, out=loff[1:])
