@@ -34,11 +34,11 @@ from crawl.url import (  # noqa: E402
     canonicalize_many,
     filter_reason,
     filter_reasons,
+    parse_url,
     surt,
     surts,
-    url_hash,
-    parse_url,
     url_columns,
+    url_hash,
     url_hashes,
 )
 from crawl.url.canon import _DEFAULT_TRACKING, _canonicalize  # noqa: E402
