@@ -101,6 +101,10 @@ def _ada(url: str, base: str | None) -> URL | None:
     else:
         bb = _utf8(base)
         obj = lib.ada_parse_with_base(b, len(b), bb, len(bb))
+        if not lib.ada_is_valid(obj) and not lib.ada_can_parse(bb, len(bb)):
+            # an unusable base: an absolute URL still stands on its own (Ada refuses any input then)
+            lib.ada_free(obj)
+            obj = lib.ada_parse(b, len(b))
     try:
         if not lib.ada_is_valid(obj):
             return None
