@@ -29,7 +29,7 @@ def test_url_hashes() -> None:
 
 
 def test_url_hashes_equal_xxhash_on_every_length_class() -> None:
-    """The NumPy XXH3 has a branch per length class (0, 1-3, 4-8, 9-16, 17-128, 129-240, longer)."""
+    """Every XXH3 length class (0, 1-3, 4-8, 9-16, 17-128, 129-240, longer) equals the xxhash package."""
     rng = random.Random(6)
     strs = ["".join(rng.choice("abcXYZ/%?=&\u00e9\u4e2d0") for _ in range(n)) for n in list(range(0, 300)) * 4]
     strs += ["http://example.com/" + "x" * n for n in range(0, 400, 7)]
