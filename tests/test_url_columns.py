@@ -30,7 +30,7 @@ from crawl.url import (
 
 def test_block_wise_processing_matches_one_pass(monkeypatch: pytest.MonkeyPatch) -> None:
     """Big columns are processed in cache-sized blocks; block borders must not change any answer."""
-    from crawl.url import columns, filters
+    from crawl.url import canon, columns, filters
 
     urls = varied_urls(3000, 21)
     arr = pa.array(urls, pa.string())
@@ -47,6 +47,7 @@ def test_block_wise_processing_matches_one_pass(monkeypatch: pytest.MonkeyPatch)
                 for i, dep in zip(order, rep_depths, strict=True)]
     for mod in (columns, filters):
         monkeypatch.setattr(mod, "_BLOCK_ROWS", 700)
+    for mod in (canon, columns, filters):
         monkeypatch.setattr(mod, "_DEDUP_MIN_ROWS", 100)
     assert canonicalize_many(arr).to_pylist() == canon_want
     assert filter_reasons(arr, depths, CFG).to_pylist() == filt_want

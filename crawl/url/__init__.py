@@ -4,19 +4,19 @@ Layout (one job per module):
 
 * :mod:`crawl.url.parse` -- the URL model (:class:`URL`, :func:`parse_url`, :func:`host_of`,
   :func:`origin_of`) and WHATWG resolution (:func:`resolve`);
-* :mod:`crawl.url.canon` -- our canonicalisation policy (:func:`canonicalize`);
+* :mod:`crawl.url.canon` -- our canonicalisation policy (:func:`canonicalize`, :func:`canonicalize_many`);
 * :mod:`crawl.url.filters` -- trap and scope rules (:func:`filter_reason`, :func:`filter_reasons`);
 * :mod:`crawl.url.surt` -- SURT keys, registered domain, politeness keys;
 * :mod:`crawl.url.hashing` -- xxh3 URL hashes (:func:`url_hash`, :func:`url_hashes`);
-* :mod:`crawl.url.columns` -- Arrow/NumPy kernels behind the batch forms (:func:`canonicalize_many`,
-  :func:`url_columns`: the URL model's fields as columns);
+* :mod:`crawl.url.columns` -- Arrow/NumPy byte-position kernels behind the column forms, and
+  :func:`url_columns` (the URL model's fields as columns);
 * :mod:`crawl.url.links` -- link resolution for a whole partition (:func:`resolve_many`).
 """
 
 from __future__ import annotations
 
-from crawl.url.canon import canonical, canonicalize
-from crawl.url.columns import URL_FIELDS, canonicalize_many, url_columns
+from crawl.url.canon import canonical, canonicalize, canonicalize_many
+from crawl.url.columns import URL_FIELDS, url_columns
 from crawl.url.filters import (
     BAD_SCHEME,
     FILTER_REASONS,

@@ -1,23 +1,23 @@
-"""Arrow/NumPy column kernels shared by the batch forms, and :func:`canonicalize_many`.
+"""Arrow/NumPy byte-position kernels behind the column forms, and :func:`url_columns` (the URL model's
+fields as columns).
 
-Column functions (:func:`canonicalize_many`, :func:`filter_reasons`, :func:`url_hashes`,
-:func:`surts`) run once per round over every discovered link, so they do not loop in Python: an RE2
+Column functions (:func:`url_columns`, :func:`crawl.url.canon.canonicalize_many`,
+:func:`crawl.url.filters.filter_reasons`, :func:`crawl.url.surt.surts`) run once per round over every
+discovered link, so they do not loop in Python: an RE2
 pattern picks the "simple" URLs (ASCII, nothing the WHATWG parser would change but host case, default
 port and fragment; see ``_SIMPLE_PAT``), their boundaries come from NumPy scans of the Arrow data
 buffer, and results are assembled as Arrow string views (one C++ copy per row). Rows outside the
 simple class go through the scalar function, so the answers are identical by construction, and the
-tests compare both on adversarial input. ``bench/urls_bench.py`` measures both paths."""
+tests compare both on adversarial input (Hypothesis). ``bench/urls_bench.py`` measures both paths; a
+column form stays only while it is >= 3x its scalar function (bench/RESULTS.md)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 import numpy as np
 import pyarrow as pa
-
-from crawl.config import DEFAULT_TRACKING_PARAMS
-from crawl.url.canon import _canonicalize, _tracking_set
 
 # Why bytes and NumPy: Arrow's split/regex-extract kernels build a list or a new string per row and run
 # at ~1-1.5 M rows/s, slower than this whole step is allowed to be. A URL of the "simple" class below is
@@ -188,21 +188,6 @@ def _split_simple(off: np.ndarray, d: np.ndarray, rows: np.ndarray) -> _Simple:
     return _Simple(d, start, host, host_end, port, default, q, end)
 
 
-def _upper_escapes(off: np.ndarray, d: np.ndarray, rows: np.ndarray, sub: pa.Array) -> np.ndarray:
-    """A copy of ``d`` with the hex digits of every escape in ``rows`` (given again as the array
-    ``sub``) upper-cased, as ``_norm_pct`` does; a '%' in a fragment may change bytes that are dropped."""
-    soff, sd = _buffers(sub)
-    pct = np.flatnonzero(sd == ord("%"))
-    r = _rows_of(soff, pct)
-    pos = off[rows[r]] + (pct - soff[r])
-    d = d.copy()
-    for h in (pos + 1, pos + 2):
-        h = h[h < len(d)]
-        low = h[(d[h] >= ord("a")) & (d[h] <= ord("f"))]
-        d[low] -= 32
-    return d
-
-
 def _params(s: _Simple) -> tuple[np.ndarray, np.ndarray, np.ndarray, pa.Array, np.ndarray]:
     """(row, first byte, end byte, name) of every non-empty '&'-separated query parameter, in URL
     order, plus a flag per row for empty parameters. Scans only the query bytes (copied out through
@@ -314,102 +299,6 @@ def _view_array(buffers: Sequence[np.ndarray], which: np.ndarray | None, start: 
     return pa.Array.from_buffers(pa.string_view(), n, bufs).cast(pa.string())
 
 
-def _canon_ranges(s: _Simple, tracking: frozenset[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray,
-                                                                  np.ndarray]:
-    """:func:`canonicalize` of simple rows as byte ranges: (in side buffer?, start, length, side buffer).
-
-    Canonical = lower-case host, no default port, '/' for an empty path, no fragment, query parameters
-    without empties and tracking names, stably sorted by name. Most rows come out as one range of the
-    input (cut before the '#', or before a '?' whose parameters all go); only rows that need a change
-    inside are reassembled from pieces into the side buffer.
-    """
-    import pyarrow.compute as pc
-
-    d = s.data
-    n = len(s.start)
-    prefix = _view_array([d], None, s.start, s.host_end - s.start)
-    host_upper = ~pc.ascii_is_lower(prefix).to_numpy(zero_copy_only=False)
-    prow, pstart, pend, names, changed = _params(s)
-    if tracking and len(names):
-        dropped = pc.is_in(pc.ascii_lower(names), value_set=pa.array(sorted(tracking), pa.string()))
-        drop = dropped.to_numpy(zero_copy_only=False)
-        changed[prow[drop]] = True
-        prow, pstart, pend = prow[~drop], pstart[~drop], pend[~drop]
-        names = names.filter(pa.array(~drop))
-    order = _sorted_within_rows(prow, names)
-    changed[prow[order != np.arange(len(order))]] = True
-    prow, pstart, pend = prow[order], pstart[order], pend[order]
-    nparams = np.bincount(prow, minlength=n)
-    multi = host_upper | (s.q == s.host_end) | s.default_port | (changed & (nparams > 0))
-    # one range: the URL up to the '#', or up to the '?' when no parameter is left
-    start = s.start.copy()
-    length = np.where(nparams > 0, s.end, s.q) - s.start
-    m = np.flatnonzero(multi)
-    side = np.zeros(0, np.uint8)
-    if len(m):
-        side, side_len = _assemble(s, m, prefix, prow, pstart, pend, nparams)
-        start[m] = np.cumsum(side_len) - side_len
-        length[m] = side_len
-    return multi, start, length, side
-
-
-def _assemble(s: _Simple, rows: np.ndarray, prefix: pa.Array, prow: np.ndarray, pstart: np.ndarray,
-              pend: np.ndarray, nparams: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Canonical strings of ``rows`` joined from column pieces by Arrow kernels: lower-cased
-    scheme+host (+ a port unless it is the default), path or '/', then '?' and the kept parameters
-    (already in order) joined by '&'. Returns (bytes, length per row) of the strings.
-    """
-    import pyarrow.compute as pc
-
-    d = s.data
-    host = pc.ascii_lower(prefix.take(pa.array(rows)))
-    if s.default_port[rows].any():  # cut ":80" / ":443", the tail of the prefix
-        hoff, hd = _buffers(host)
-        keep = np.where(s.default_port[rows], (s.port - s.start)[rows], np.diff(hoff))
-        host = _view_array([hd], None, hoff[:-1], keep)
-    consts = np.frombuffer(b"/?", np.uint8)
-    plen = s.q[rows] - s.host_end[rows]
-    path = _view_array([d, consts], (plen == 0).astype(np.int8), np.where(plen > 0, s.host_end[rows], 0),
-                       np.where(plen > 0, plen, 1))
-    k = nparams[rows]
-    qmark = _view_array([consts], None, np.ones(len(rows), np.int64), (k > 0).astype(np.int64))
-    local = np.full(len(s.start), -1, np.int64)
-    local[rows] = np.arange(len(rows))
-    sel = local[prow] >= 0
-    values = _view_array([d], None, pstart[sel], pend[sel] - pstart[sel])
-    offsets = np.zeros(len(rows) + 1, np.int32)
-    np.cumsum(k, out=offsets[1:])
-    params = pc.binary_join(pa.ListArray.from_arrays(pa.array(offsets), values), "&")
-    out = pc.binary_join_element_wise(host, path, qmark, params, "")
-    off, data = _buffers(out)
-    return data, np.diff(off)
-
-
-def canonicalize_many(
-    urls: Sequence[str | None] | pa.Array | pa.ChunkedArray,
-    tracking_params: Iterable[str] = DEFAULT_TRACKING_PARAMS,
-) -> pa.Array:
-    """:func:`canonicalize` over many URLs -> Arrow string array, null where rejected.
-
-    Simple URLs (the bulk of extracted links, see ``_SIMPLE_PAT``) are canonicalised as a column with
-    NumPy byte-position kernels and Arrow string views; the rest go through the scalar
-    :func:`canonicalize`, each distinct string once per call. Both give identical answers (tests
-    compare them on adversarial inputs).
-    """
-    import pyarrow.compute as pc
-
-    tracking = _tracking_set(tuple(tracking_params))
-    arr = _as_string_array(urls)
-    n = len(arr)
-    if n == 0:
-        return pa.array([], pa.string())
-    if n >= _DEDUP_MIN_ROWS:  # links repeat (menus, footers): canonicalise each distinct string once
-        enc = pc.dictionary_encode(arr)
-        if len(enc.dictionary) < _DEDUP_MAX_SHARE * n:
-            return _in_blocks(lambda a: _canonicalize_distinct(a, tracking), enc.dictionary).take(enc.indices)
-    return _in_blocks(lambda a: _canonicalize_distinct(a, tracking), arr)
-
-
 _BLOCK_ROWS = 65_536
 
 
@@ -424,41 +313,6 @@ def _in_blocks(fn: Callable[[pa.Array], pa.Array], arr: pa.Array) -> pa.Array:
 
 _DEDUP_MIN_ROWS = 10_000
 _DEDUP_MAX_SHARE = 0.9  # dictionary-encoding pays for itself when >= ~10 % of the rows are repeats
-
-
-def _canonicalize_distinct(arr: pa.Array, tracking: frozenset[str]) -> pa.Array:
-    n = len(arr)
-    simple, lower, lower_arr = _classify(arr)
-    off, d = _buffers(arr)
-    if lower_arr is not None:
-        d = _upper_escapes(off, d, np.flatnonzero(lower), lower_arr)
-    rows = np.flatnonzero(simple)
-    multi, start_s, length_s, side = _canon_ranges(_split_simple(off, d, rows), tracking)
-    which = np.full(n, 2, np.int8)
-    which[rows] = multi
-    start = np.zeros(n, np.int64)
-    length = np.zeros(n, np.int64)
-    start[rows], length[rows] = start_s, length_s
-    valid = np.ones(n, bool)
-    rest = np.flatnonzero(~simple)
-    fb_data = np.zeros(0, np.uint8)
-    if len(rest):
-        cache: dict[str, str | None] = {}
-        out: list[str | None] = []
-        append = out.append
-        for u in arr.take(pa.array(rest)).to_pylist():
-            if u is None:
-                append(None)
-                continue
-            r = cache.get(u, _MISSING)
-            if r is _MISSING:
-                r = cache[u] = _canonicalize(u, tracking)
-            append(r)
-        fb = pa.array(out, type=pa.string())
-        fb_off, fb_data = _buffers(fb)
-        start[rest], length[rest] = fb_off[:-1], np.diff(fb_off)
-        valid[rest] = fb.is_valid().to_numpy(zero_copy_only=False)
-    return _view_array([d, side, fb_data], which, start, length, valid)
 
 
 _MISSING: object = object()
