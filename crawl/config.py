@@ -240,6 +240,12 @@ class CrawlConfig:
     max_redirects: int = 5
     max_url_length: int = 2048
 
+    # parsing (crawl.parse, crawl.media)
+    parsers: tuple[str, ...] = ()  # extra parsers, 'module:function' (decorated with crawl.parse.parser)
+    pdf_max_bytes: int = 20_000_000  # a bigger PDF is stored but not parsed
+    pdf_max_pages: int = 200  # text and links from at most this many pages of a PDF
+    pdf_max_seconds: float = 10.0  # text extraction of one PDF stops at the next page after this
+
     # traps and scope
     max_depth: int = setting_default("max_depth")
     max_path_repeats: int = 2
@@ -283,12 +289,13 @@ _POSITIVE = {
     "max_host_errors", "robots_max_bytes", "max_concurrent_hosts", "connect_timeout_s",
     "read_timeout_s", "total_timeout_s", "max_body_bytes", "max_url_length",
     "max_query_params", "max_outlinks_per_page", "bloom_expected_urls", "dask_workers",
-    "max_path_segments", "max_sitemaps_per_host",
+    "max_path_segments", "max_sitemaps_per_host", "pdf_max_bytes", "pdf_max_pages", "pdf_max_seconds",
 }
 _NON_NEGATIVE = {
     "max_crawl_delay_s", "backoff_base_s", "backoff_cap_s", "robots_ttl_s",
     "max_redirects", "max_path_repeats", "simhash_max_distance", "dask_dashboard_port",
 }
+PARSER_SPEC_RE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
 _RESOLVE_RE = re.compile(r"^[^=\s]+=[0-9a-fA-F:.\[\]]+:\d{1,5}$")
 
 
@@ -374,6 +381,9 @@ def _validate(cfg: CrawlConfig) -> None:
     for rule in cfg.resolve:
         if not _RESOLVE_RE.match(rule):
             raise ConfigError(f"resolve: expected 'PATTERN=IP:PORT', got {rule!r}")
+    for spec in cfg.parsers:
+        if not PARSER_SPEC_RE.match(spec):
+            raise ConfigError(f"parsers: expected 'module:function', got {spec!r}")
     if any(s <= 0 for s in cfg.retry_schedule_s):
         raise ConfigError("retry_schedule_s: every wait must be > 0")
 

@@ -1,4 +1,4 @@
-"""The outputs users query: page index (Common Crawl's columnar index names), text, link graph.
+"""The outputs users query: page index (Common Crawl's columnar index names), text, link graph, images.
 
 Column names and meanings follow Common Crawl's columnar URL index so its DuckDB/Athena/Spark
 recipes run unchanged on our output; ours are appended after them. Files are written per fetch
@@ -62,6 +62,24 @@ TEXT_SCHEMA = pa.schema([
     ("text", pa.string()),
     ("text_length", pa.int32()),
     ("content_languages", pa.string()),
+    ("round", pa.int32()),
+    ("page_count", pa.int32()),          # PDFs: the document's page count; null for HTML
+])
+
+# One row per parsed image (crawl.media): what its header says; no pixels are kept.
+IMAGES_SCHEMA = pa.schema([
+    ("url", pa.string()),
+    ("url_hash", pa.uint64()),
+    ("fetch_time", pa.timestamp("ms", tz="UTC")),
+    ("content_digest", pa.string()),
+    ("content_mime_detected", pa.string()),
+    ("format", pa.string()),             # Pillow's name: PNG, JPEG, GIF, WEBP, BMP, TIFF
+    ("width", pa.int32()),
+    ("height", pa.int32()),
+    ("mode", pa.string()),               # RGB, L, P, ...
+    ("exif_datetime", pa.timestamp("s")),  # EXIF DateTimeOriginal (else DateTime); naive camera time
+    ("camera_make", pa.string()),
+    ("camera_model", pa.string()),
     ("round", pa.int32()),
 ])
 
@@ -168,8 +186,15 @@ def write_outputs(cfg: CrawlConfig, store: Store, round_no: int, fetch_parts: li
     con.register("f", fetched)
     text = con.sql(f"""
         SELECT p.url, p.url_hash, f.fetch_time, f.payload_digest AS content_digest, p.title, p.text,
-               p.text_length, p.content_languages, {round_no} AS round, f.part
+               p.text_length, p.content_languages, {round_no} AS round, p.page_count, f.part
         FROM pages p JOIN (SELECT * FROM f WHERE status = 'fetched' AND warc_type = 'response') f USING (url_hash)
+    """).to_arrow_table()
+    images = con.sql(f"""
+        SELECT p.url, p.url_hash, f.fetch_time, f.payload_digest AS content_digest, p.content_mime_detected,
+               p.image_format AS format, p.image_width AS width, p.image_height AS height, p.image_mode AS mode,
+               p.exif_datetime, p.camera_make, p.camera_model, {round_no} AS round, f.part
+        FROM pages p JOIN (SELECT * FROM f WHERE status = 'fetched' AND warc_type = 'response') f USING (url_hash)
+        WHERE p.image_format IS NOT NULL
     """).to_arrow_table()
     for part in parts:
         sel = idx.filter(pc.equal(idx.column("part"), part))
@@ -182,6 +207,8 @@ def write_outputs(cfg: CrawlConfig, store: Store, round_no: int, fetch_parts: li
                 store.remove(rel)  # a rerun with fewer rows must not leave a stale file behind
         tp = text.filter(pc.equal(text.column("part"), part)).select(TEXT_SCHEMA.names)
         store.write_table(store.text_file(round_no, part), tp.cast(TEXT_SCHEMA))
+        ip = images.filter(pc.equal(images.column("part"), part)).select(IMAGES_SCHEMA.names)
+        store.write_table(store.images_file(round_no, part), ip.cast(IMAGES_SCHEMA))
         lp = link_graph.filter(pc.equal(link_graph.column("part"), part)) if link_graph.num_rows else link_graph
         lt = pa.table({
             "from_hash": lp.column("from_hash"), "to_hash": lp.column("to_hash"), "to_url": lp.column("to_url"),

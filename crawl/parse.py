@@ -8,9 +8,12 @@ rather than the way libxml2 guesses. trafilatura was not considered for the hot 
 boilerplate removal on top of lxml and is several times slower; we need all visible text (for SimHash
 and change detection) and all links, not an article body.
 
-Parsers are registered by MIME type (:func:`register_parser`), so PDF or feeds can be added later
-without touching the round. A parser takes ``(url, payload, headers)`` and returns a
-:class:`ParsedDoc`; ``headers`` is any mapping, looked up case-insensitively.
+Parsers are registered by MIME type (:func:`register_parser`), so a new type needs no change to the
+round. A parser takes ``(url, payload, headers)`` and returns a :class:`ParsedDoc`; ``headers`` is any
+mapping, looked up case-insensitively. Built in: HTML (here), PDF and images (:mod:`crawl.media`).
+Plugins: a function declared with :func:`parser` and named in the ``parsers`` config key
+(``module:function``) or in an entry point of group ``recrawl.parsers`` of an installed package
+(:func:`install_parsers`, run by every parse task), so a user package adds a type without editing ours.
 
 HTML policy:
 
@@ -37,17 +40,21 @@ HTML policy:
 from __future__ import annotations
 
 import codecs
+import importlib
+import importlib.metadata
 import logging
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from selectolax.lexbor import LexborHTMLParser
 
-from crawl.config import PRODUCT_TOKEN
+from crawl.config import PARSER_SPEC_RE, PRODUCT_TOKEN
 from crawl.fingerprint import fingerprints
 from crawl.records import FETCHED, LINK_SCHEMA, PAGE_SCHEMA, REDIRECT
 from crawl.url import resolve_many
@@ -60,6 +67,19 @@ class Link:
     url: str
     kind: str          # a | area | link | frame | iframe | redirect
     nofollow: bool
+
+
+@dataclass(frozen=True)
+class ImageInfo:
+    """What an image parser read from a file's header (no pixels are decoded)."""
+
+    format: str                     # Pillow's format name: PNG, JPEG, GIF, WEBP, ...
+    width: int
+    height: int
+    mode: str | None = None         # RGB, L, P, ...
+    exif_datetime: datetime | None = None  # EXIF DateTimeOriginal (else DateTime); naive, EXIF has no zone
+    camera_make: str | None = None
+    camera_model: str | None = None
 
 
 @dataclass
@@ -76,6 +96,8 @@ class ParsedDoc:
     # main-content text that fingerprints are computed from (see _content_text; whitespace not
     # collapsed); "" = same as text
     content_text: str = ""
+    page_count: int | None = None   # documents with pages (PDF)
+    image: ImageInfo | None = None  # images: one row in the images table
 
     @property
     def fingerprint_text(self) -> str:
@@ -84,15 +106,122 @@ class ParsedDoc:
 
 Parser = Callable[[str, bytes, Mapping[str, str]], ParsedDoc]
 _PARSERS: dict[str, Parser] = {}
+# modules whose import registers the built-in non-HTML parsers (PDF, images); imported on first use
+# so that ``import crawl.parse`` stays light and those modules can import this one
+_BUILTIN_MODULES = ("crawl.media",)
+_builtins_loaded = False
+ENTRY_POINT_GROUP = "recrawl.parsers"
+_MIME_RE = re.compile(r"^[a-z0-9][a-z0-9!#$&^_.+-]*/[a-z0-9][a-z0-9!#$&^_.+-]*$")
+_SPEC_RE = PARSER_SPEC_RE  # one definition: crawl.config validates the same shape
+_installed: dict[tuple[str, ...], dict[str, str]] = {}  # (entry points, names) -> what install_parsers did
+
+
+class ParserLoadError(ValueError):
+    """A parser named by config or entry point cannot be loaded; the message names it."""
+
+
+def _load_builtins() -> None:
+    global _builtins_loaded
+    if not _builtins_loaded:
+        _builtins_loaded = True
+        for mod in _BUILTIN_MODULES:
+            importlib.import_module(mod)
 
 
 def register_parser(mime: str, fn: Parser) -> None:
-    """Register ``fn`` for a MIME type (``type/subtype``, case-insensitive, parameters ignored)."""
-    _PARSERS[_bare_mime(mime)] = fn
+    """Register ``fn`` for a MIME type (``type/subtype``, case-insensitive, parameters ignored).
+
+    The built-in parsers are registered first, so a later registration for their type replaces them.
+    """
+    _load_builtins()
+    bare = _bare_mime(mime)
+    if not _MIME_RE.match(bare):
+        raise ValueError(f"not a MIME type: {mime!r} (expected type/subtype)")
+    _PARSERS[bare] = fn
 
 
 def parser_for(mime: str | None) -> Parser | None:
+    _load_builtins()
     return _PARSERS.get(_bare_mime(mime or ""))
+
+
+def parser(*mime_types: str) -> Callable[[Parser], Parser]:
+    """Declare the MIME types a parser function handles, for :func:`install_parsers`::
+
+        @parser("application/x-foo")
+        def parse_foo(url: str, payload: bytes, headers: Mapping[str, str]) -> ParsedDoc: ...
+
+    Decorating does not register (importing a plugin module has no effect by itself); naming the
+    function in the ``parsers`` config key or in a ``recrawl.parsers`` entry point does.
+    """
+    for m in mime_types:
+        if not _MIME_RE.match(_bare_mime(m)):
+            raise ValueError(f"not a MIME type: {m!r} (expected type/subtype)")
+
+    def mark(fn: Parser) -> Parser:
+        fn.mime_types = tuple(_bare_mime(m) for m in mime_types)  # type: ignore[attr-defined]
+        return fn
+
+    return mark
+
+
+def load_parser(spec: str, fallback_mime: str | None = None) -> tuple[Parser, tuple[str, ...]]:
+    """Import ``module:function`` and return it with its MIME types (from :func:`parser`, else
+    ``fallback_mime``, an entry point's name); :class:`ParserLoadError` naming ``spec`` otherwise."""
+    if not isinstance(spec, str) or not _SPEC_RE.match(spec):
+        raise ParserLoadError(f"parser {spec!r}: expected 'module:function'")
+    mod_name, _, attr = spec.partition(":")
+    try:
+        obj: Any = importlib.import_module(mod_name)
+        for part in attr.split("."):
+            obj = getattr(obj, part)
+    except Exception as exc:  # ImportError, AttributeError, or the plugin's own import-time error
+        raise ParserLoadError(f"parser {spec!r}: cannot load it: {type(exc).__name__}: {exc}") from None
+    return _checked(spec, obj, fallback_mime)
+
+
+def _checked(name: str, fn: Any, fallback_mime: str | None) -> tuple[Parser, tuple[str, ...]]:
+    if not callable(fn):
+        raise ParserLoadError(f"parser {name!r}: {fn!r} is not callable")
+    mimes = tuple(getattr(fn, "mime_types", ()) or ())
+    if not mimes and fallback_mime and _MIME_RE.match(_bare_mime(fallback_mime)):
+        mimes = (_bare_mime(fallback_mime),)
+    if not mimes:
+        raise ParserLoadError(f"parser {name!r}: no MIME types; decorate it with @crawl.parse.parser('type/sub')")
+    return fn, mimes
+
+
+def install_parsers(names: Iterable[str] = (), entry_points: bool = True) -> dict[str, str]:
+    """Register the parsers of installed ``recrawl.parsers`` entry points, then those named in config.
+
+    An entry point's name may be the MIME type (``"application/x-foo" = "pkg.mod:parse"``) or the
+    function may declare its types with :func:`parser`; config names (``module:function``) must
+    declare them. Later registrations win: built-ins < entry points < config. Returns
+    ``{mime: where from}``; raises :class:`ParserLoadError` for a parser that cannot be loaded, before
+    anything is registered. Each (installed entry points, names) combination is loaded once per process
+    (Dask workers call this for every parse task).
+    """
+    names = tuple(names)
+    eps = list(importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)) if entry_points else []
+    key = (*(f"{ep.name}={ep.value}" for ep in eps), "|", *names)
+    if key in _installed:
+        return _installed[key]
+    found: list[tuple[str, Parser, tuple[str, ...]]] = []
+    if entry_points:
+        for ep in eps:
+            try:
+                fn = ep.load()
+            except Exception as exc:
+                raise ParserLoadError(f"parser entry point {ep.name!r} ({ep.value}): cannot load it: "
+                                      f"{type(exc).__name__}: {exc}") from None
+            found.append((f"entry point {ep.name}", *_checked(ep.value, fn, ep.name)))
+    for spec in names:
+        found.append((spec, *load_parser(spec)))
+    for _, fn, mimes in found:
+        for m in mimes:
+            register_parser(m, fn)
+    _installed[key] = {m: where for where, _, mimes in found for m in mimes}
+    return _installed[key]
 
 
 def _bare_mime(content_type: str | None) -> str:
@@ -498,8 +627,9 @@ def _content_text(tree: LexborHTMLParser, full_text: str) -> str:
     return text if len(text.split(None, 3)) >= 3 else full_text
 
 
-register_parser("text/html", parse_html)
-register_parser("application/xhtml+xml", parse_html)
+# directly, not through register_parser: that would load the built-in media parsers mid-import
+_PARSERS["text/html"] = parse_html
+_PARSERS["application/xhtml+xml"] = parse_html
 
 
 # --- the parse step --------------------------------------------------------------------------------
@@ -599,6 +729,15 @@ def parse_partition(root: str, fetch_table: pa.Table, max_outlinks: int) -> tupl
             sim, digest = fingerprints(fp_text) if fp_text else (0, None)
             page_cols["simhash"].append(sim)
             page_cols["text_digest"].append(digest)
+            page_cols["page_count"].append(doc.page_count)
+            img = doc.image
+            page_cols["image_format"].append(img.format if img else None)
+            page_cols["image_width"].append(img.width if img else None)
+            page_cols["image_height"].append(img.height if img else None)
+            page_cols["image_mode"].append(img.mode if img else None)
+            page_cols["exif_datetime"].append(img.exif_datetime if img else None)
+            page_cols["camera_make"].append(img.camera_make if img else None)
+            page_cols["camera_model"].append(img.camera_model if img else None)
             remaining -= 1
             if remaining == 0:
                 break
@@ -637,6 +776,7 @@ def parse_partition(root: str, fetch_table: pa.Table, max_outlinks: int) -> tupl
 
 
 __all__ = [
-    "Link", "ParsedDoc", "Parser", "detect_charset", "parse_document", "parse_html", "parse_partition",
-    "parser_for", "register_parser", "sniff_mime", "x_robots_flags",
+    "ENTRY_POINT_GROUP", "ImageInfo", "Link", "ParsedDoc", "Parser", "ParserLoadError", "detect_charset",
+    "install_parsers", "load_parser", "parse_document", "parse_html", "parse_partition", "parser", "parser_for",
+    "register_parser", "sniff_mime", "x_robots_flags",
 ]

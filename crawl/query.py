@@ -4,7 +4,8 @@ Views (for one crawl, its published state):
 - ``pages``   the page index (Common Crawl columns + ours), hive partitions ``crawl``, ``subset``;
 - ``crawldb`` the current CrawlDb version (one row per known URL, with next_fetch_time and priority);
 - ``links``   the link graph (from/to URL hashes and the target URL);
-- ``text``    extracted text.
+- ``text``    extracted text (HTML and PDF; ``page_count`` for PDFs);
+- ``images``  parsed images: format, width, height, mode, EXIF date and camera.
 Remote roots (``s3://…``) are read through fsspec registered with DuckDB, so no DuckDB extension
 download is needed.
 """
@@ -51,6 +52,7 @@ def connect(root: str, crawl_id: str) -> duckdb.DuckDBPyConnection:
     view("crawldb", f"{store.crawldb_dir(current)}/*.parquet", store.crawldb_dir(current) if current else "-")
     view("links", f"links/crawl={cid}/*/*.parquet", f"links/crawl={cid}", f"WHERE round <= {current}")
     view("text", f"text/crawl={cid}/*/*.parquet", f"text/crawl={cid}", f"WHERE round <= {current}")
+    view("images", f"images/crawl={cid}/*/*.parquet", f"images/crawl={cid}", f"WHERE round <= {current}")
     return con
 
 

@@ -102,6 +102,15 @@ PAGE_SCHEMA = pa.schema([
     ("outlink_count", pa.int32()),
     ("simhash", pa.int64()),             # 64-bit SimHash of the text, as signed int64
     ("text_digest", pa.string()),        # sha1 base32 of the normalised text
+    ("page_count", pa.int32()),          # documents with pages (PDF); null otherwise
+    # images (null otherwise): what the image parser read from the header, see crawl.media
+    ("image_format", pa.string()),
+    ("image_width", pa.int32()),
+    ("image_height", pa.int32()),
+    ("image_mode", pa.string()),
+    ("exif_datetime", pa.timestamp("s")),  # EXIF has no time zone: naive local camera time
+    ("camera_make", pa.string()),
+    ("camera_model", pa.string()),
 ])
 
 # One row per extracted link (resolved against <base href>, not yet canonicalised).

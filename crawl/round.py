@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from crawl import crawldb, frontier, schedule, seen
-from crawl.config import CrawlConfig
+from crawl.config import ConfigError, CrawlConfig
 from crawl.errors import SeedError
 from crawl.progress import steps_of
 from crawl.store import Store
@@ -167,6 +167,7 @@ def fetch_parse(cfg: CrawlConfig, round_no: int, now: datetime | None = None,
     if gen is None:
         raise RuntimeError(f"round {round_no}: generate has not run")
     parts = sorted(int(p.rsplit("part=", 1)[1].split(".")[0]) for p in gen["partitions"])
+    _check_parsers(cfg)
     started = time.monotonic()
     results: list[dict[str, Any]] = []
     dashboard = ""
@@ -194,6 +195,16 @@ def fetch_parse(cfg: CrawlConfig, round_no: int, now: datetime | None = None,
     }
     store.write_json(store.round_dir(round_no, "fetch_parse.json"), stats)
     return stats
+
+
+def _check_parsers(cfg: CrawlConfig) -> None:
+    """Load the configured parser plugins here, so a bad name fails the round before any fetch."""
+    from crawl.parse import ParserLoadError, install_parsers
+
+    try:
+        install_parsers(cfg.parsers)
+    except ParserLoadError as exc:
+        raise ConfigError(f"parsers: {exc}") from None
 
 
 def _run_parts(client: Any, cfg: CrawlConfig, round_no: int, parts: list[int], now: datetime,

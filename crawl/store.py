@@ -10,6 +10,7 @@ Layout under the root (a local folder or any fsspec URL such as ``s3://bucket/pr
     index/crawl=ID/subset=SUB/round=NNNNN-part=KKK.parquet   page index (Common Crawl columns)
     text/crawl=ID/round=NNNNN/part=KKK.parquet                extracted text (WET-like)
     links/crawl=ID/round=NNNNN/part=KKK.parquet               link graph (from/to URL hashes)
+    images/crawl=ID/round=NNNNN/part=KKK.parquet              parsed images (format, size, EXIF)
     warc/crawl=ID/round=NNNNN/ID-NNNNN-KKK-SUB.warc.gz        WARC files
     state/crawl=ID/CURRENT.json                               {"round": N} -- the only commit
     state/crawl=ID/crawldb/v=NNNNN/shard=SS.parquet           CrawlDb version N
@@ -78,6 +79,9 @@ class Store:
 
     def links_file(self, round_no: int, part: int) -> str:
         return f"links/crawl={self.crawl_id}/round={round_no:05d}/part={part:03d}.parquet"
+
+    def images_file(self, round_no: int, part: int) -> str:
+        return f"images/crawl={self.crawl_id}/round={round_no:05d}/part={part:03d}.parquet"
 
     # ---- I/O --------------------------------------------------------------------------------
     def abs(self, rel: str) -> str:

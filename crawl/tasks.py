@@ -131,16 +131,19 @@ def wait_after_dead_attempt(cfg: CrawlConfig, store: Store, round_no: int, part:
 
 def parse_task(cfg: CrawlConfig, round_no: int, part: int, fetch_stats: dict[str, Any] | None = None) -> dict[str, Any]:
     """Parse one fetched partition (bodies read back from its WARC files): pages + raw links."""
-    from crawl.parse import parse_partition
+    from crawl.media import MediaLimits, media_limits
+    from crawl.parse import install_parsers, parse_partition
 
     store = Store(cfg.root, cfg.crawl_id)
     if store.is_done(round_no, "parsed", part):
         return store.read_json(store.part_file(round_no, "parsed", part, "done"))
+    install_parsers(cfg.parsers)  # plugins: recrawl.parsers entry points, then the config's list
     fetched = store.read_table(store.part_file(round_no, "fetched", part), FETCH_SCHEMA)
     # pages and their diagnostics (redirect rows give redirect links); robots.txt and sitemap files
     # are fetched with status 'fetched' too, but they are not documents
     documents = fetched.filter(pc.invert(pc.is_in(fetched.column("subset"), pa.array(CONTROL_SUBSETS))))
-    pages, links = parse_partition(cfg.root, documents, cfg.max_outlinks_per_page)
+    with media_limits(MediaLimits.from_config(cfg)):
+        pages, links = parse_partition(cfg.root, documents, cfg.max_outlinks_per_page)
     store.write_table(store.part_file(round_no, "pages", part), pages.cast(PAGE_SCHEMA))
     store.write_table(store.part_file(round_no, "rawlinks", part), links.cast(LINK_SCHEMA))
     stats = {"part": part, "pages": pages.num_rows, "links": links.num_rows}

@@ -8,6 +8,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from crawl.fingerprint import simhash, text_digest
+from crawl.media import parse_image, parse_pdf
 from crawl.parse import (
     ParsedDoc,
     detect_charset,
@@ -231,11 +232,12 @@ def test_malformed_markup_does_not_crash() -> None:
 def test_registry_and_sniffing() -> None:
     assert parser_for("text/html") is parse_html
     assert parser_for("Application/XHTML+XML; charset=utf-8") is parse_html
-    assert parser_for("image/png") is None
-    # non-HTML: no parser, no links, but the detected MIME type
+    assert parser_for("image/png") is parse_image and parser_for("application/pdf") is parse_pdf
+    assert parser_for("application/octet-stream") is None
+    # a broken image: the image parser gives no image, no links, but the detected MIME type
     png = b"\x89PNG\r\n\x1a\n" + b"\x00" * 50
     doc = parse_document(PAGE, png, {"Content-Type": "image/png"}, 100)
-    assert doc.mime_detected == "image/png" and doc.links == [] and doc.text == ""
+    assert doc.mime_detected == "image/png" and doc.links == [] and doc.text == "" and doc.image is None
     # HTML served as text/plain (or without a type) is sniffed and parsed
     for ct in ({"Content-Type": "text/plain"}, {}, {"Content-Type": "application/octet-stream"}):
         doc = parse_document(PAGE, b"  <!DOCTYPE html><title>t</title><a href='/l'>l</a>", ct, 100)
@@ -371,6 +373,7 @@ def test_simulated_web_pages_parse_as_generated() -> None:
     fingerprint text."""
     import re
 
+    from crawl.simweb import media
     from crawl.simweb import model as M
     from crawl.simweb.render import Renderer
     from crawl.url import canonicalize
@@ -381,7 +384,7 @@ def test_simulated_web_pages_parse_as_generated() -> None:
 
     m = M.build(M.SimParams(seed=3, hosts=24, pages_per_host=12))
     r = Renderer(m)
-    html_pages = other = 0
+    html_pages = other = pdfs = images = 0
     for p in range(m.n_pages):
         if int(m.render_src[p]) != p:
             continue  # mirrors serve another page's bytes
@@ -390,7 +393,24 @@ def test_simulated_web_pages_parse_as_generated() -> None:
         d1 = parse_document(m.url(p), rend.body(1, m.params.epoch0 + 10), headers, 10_000)
         if not rend.content_type.startswith("text/html"):
             other += 1
-            assert d1.links == [] and d1.text == "" and d1.mime_detected != "text/html"
+            assert d1.mime_detected == rend.content_type
+            ptype = int(m.page_type[p])
+            if ptype == M.PDF:  # text, title, page count and link annotations as generated
+                assert d1.text == " ".join(r.pdf_words(p, 0)) and d1.title == m.titles[p]
+                assert d1.page_count == media.pdf_page_count(m.params.seed, int(m.content[p]))
+                assert sorted(link.url for link in d1.links) == sorted(set(r.pdf_links(p)))
+                assert {link.kind for link in d1.links} == {"pdf"}
+                pdfs += 1
+            elif ptype in (M.PNG, M.JPEG):
+                spec = media.image_spec(m.params.seed, int(m.content[p]), ptype == M.JPEG)
+                img = d1.image
+                assert (img.format, img.width, img.height, img.exif_datetime, img.camera_make,
+                        img.camera_model) == (spec.format, spec.width, spec.height, spec.exif_datetime,
+                                              spec.camera_make, spec.camera_model)
+                assert d1.links == [] and d1.text == ""
+                images += 1
+            else:
+                assert d1.links == [] and d1.text == "" and d1.image is None
             continue
         html_pages += 1
         d2 = parse_document(m.url(p), rend.body(2, m.params.epoch0 + 99), headers, 10_000)
@@ -411,7 +431,7 @@ def test_simulated_web_pages_parse_as_generated() -> None:
         for link in d1.links:
             got[canon(link.url)] = got.get(canon(link.url), True) and link.nofollow
         assert {u: got.get(u) for u in want} == want, m.url(p)
-    assert html_pages > 100 and other > 0
+    assert html_pages > 100 and other > 0 and pdfs > 0 and images > 0
 
 
 # ------------------------------------------------------------ batch link resolution (resolve_many)
@@ -545,9 +565,10 @@ def test_partition_links_equal_the_per_href_algorithm_on_simulated_web(tmp_path:
     capped = nofollow_merged = 0
     for url, body, ct in bodies:
         d = parse_document(url, body, {"Content-Type": ct}, cap)
-        if d.mime_detected not in ("text/html", "application/xhtml+xml"):
+        if d.mime_detected not in ("text/html", "application/xhtml+xml"):  # PDF links come resolved
             want_counts.append(len(d.links))
             want_canon.append(d.canonical)
+            want_links += [(url, lk.url, lk.kind, lk.nofollow) for lk in d.links]
             continue
         _, raw = _parse_html_deferred(url, body, {"Content-Type": ct})
         got, canonical = _scalar_links(url, raw, cap)

@@ -45,11 +45,11 @@ _SECTION_MIX = {
     "hostile": {"blog": 0.7, "about": 0.3},
 }
 
-# page types
-HOME, ARTICLE, PDF, PNG, BIN, TRAP, FAULT = range(7)
-PAGE_TYPES = ("home", "article", "pdf", "png", "bin", "trap", "fault")
+# page types (JPEG came last, so the older numbers did not move)
+HOME, ARTICLE, PDF, PNG, BIN, TRAP, FAULT, JPEG = range(8)
+PAGE_TYPES = ("home", "article", "pdf", "png", "bin", "trap", "fault", "jpeg")
 CONTENT_TYPES = ("text/html", "text/html", "application/pdf", "image/png", "application/octet-stream",
-                 "text/html", "text/html")
+                 "text/html", "text/html", "image/jpeg")
 
 # link spellings: how a link to a page is written in HTML
 (SP_ROOT, SP_REL, SP_ABS, SP_ABS_CASE, SP_ABS_PORT, SP_FRAGMENT, SP_TRACKING, SP_SESSION,
@@ -289,9 +289,9 @@ def _page_specs(p: SimParams, host: Host, size: int) -> list[tuple[str, str, int
             path = f"/about-{j}.html"
         elif sec == "private":
             path = f"/private/public-{slug}-{j}.html" if j % 2 else f"/private/{slug}-{j}.html"
-        else:  # files
-            ptype = (PDF, PNG, BIN)[j % 3]
-            path = f"/files/{slug}-{j}." + ("pdf", "png", "bin")[j % 3]
+        else:  # files: PDF, image (PNG and JPEG alternate), binary
+            ptype = (PDF, PNG if (j // 3) % 2 == 0 else JPEG, BIN)[j % 3]
+            path = f"/files/{slug}-{j}." + {PDF: "pdf", PNG: "png", JPEG: "jpg", BIN: "bin"}[ptype]
         specs.append((path, str(sec), ptype))
     if host.kind == "trap":
         specs += [(e, "trap", TRAP) for e in TRAP_ENTRIES]
@@ -349,6 +349,41 @@ def robots_text(model: Model, host: Host) -> str | None:
     else:
         body = "User-agent: *\nDisallow:\n"
     return body + sitemap
+
+
+def _pdf_links(p: SimParams, page_type: np.ndarray, page_host: np.ndarray, render_src: np.ndarray,
+               weight: np.ndarray, hosts: list[Host], e_src: np.ndarray, e_dst: np.ndarray,
+               spelling: np.ndarray, nofollow: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Add the link annotations of PDFs: 2-6 distinct absolute links per (non-mirror) PDF, the first to
+    its home page, the rest to linkable pages (not traps or faults), one in four on another host.
+
+    Own random stream and appended after the HTML links' spellings were drawn, so adding them changed
+    no HTML link target or spelling kind (only the link indices after them, hence tracking tokens).
+    """
+    n = page_type.size
+    pdfs = np.flatnonzero((page_type == PDF) & (render_src == np.arange(n)))
+    linkable = np.flatnonzero(weight > 0)
+    if pdfs.size == 0 or linkable.size == 0:
+        return e_src, e_dst, spelling, nofollow
+    rng = _rng(p.seed, 30)
+    src_l, dst_l = [], []
+    for pid in pdfs.tolist():
+        h = hosts[int(page_host[pid])]
+        own = linkable[np.searchsorted(linkable, h.first):np.searchsorted(linkable, h.first + h.count)]
+        targets = [h.first]
+        for _ in range(int(rng.integers(1, 6))):
+            pool = linkable if (rng.random() < 0.25 or own.size == 0) else own
+            targets.append(int(pool[int(rng.integers(0, pool.size))]))
+        targets = [t for t in dict.fromkeys(targets) if t != pid]
+        src_l += [pid] * len(targets)
+        dst_l += targets
+    m = len(src_l)
+    e_src = np.concatenate([e_src, np.array(src_l, np.int64)])
+    e_dst = np.concatenate([e_dst, np.array(dst_l, np.int64)])
+    spelling = np.concatenate([spelling, np.full(m, SP_ABS, np.uint8)])
+    nofollow = np.concatenate([nofollow, np.zeros(m, bool)])
+    order = np.argsort(e_src, kind="stable")
+    return e_src[order], e_dst[order], spelling[order], nofollow[order]
 
 
 def build(p: SimParams) -> Model:
@@ -542,6 +577,8 @@ def build(p: SimParams) -> Model:
     relative = np.isin(spelling, (SP_ROOT, SP_REL, SP_FRAGMENT, SP_SESSION))
     spelling[is_cross & relative] = np.where(sp[is_cross & relative] % 2 == 0, SP_ABS, SP_TRACKING)
     nofollow = events.hash_uniform(p.seed, e_src.astype(np.uint64), lk, 12) < 0.05
+    e_src, e_dst, spelling, nofollow = _pdf_links(p, page_type, page_host, render_src, weight, hosts,
+                                                  e_src, e_dst, spelling, nofollow)
     counts = np.bincount(e_src, minlength=n)
     ptr = np.concatenate([[0], np.cumsum(counts)])
     mirror_pages = np.flatnonzero(render_src != np.arange(n))

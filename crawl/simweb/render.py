@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from crawl.simweb import media
 from crawl.simweb import model as M
 
 ADS = (
@@ -181,13 +182,32 @@ class Renderer:
         ptype = int(m.page_type[src])
         content = int(m.content[src])
         if ptype == M.PDF:
-            return Rendered(_pdf(self._text(content, version, 120, "iso-8859-1")), content_type="application/pdf")
-        if ptype == M.PNG:
-            return Rendered(_png(m.params.seed, content, version), content_type="image/png")
+            return Rendered(self.pdf(src, version), content_type="application/pdf")
+        if ptype in (M.PNG, M.JPEG):
+            spec = media.image_spec(m.params.seed, content, ptype == M.JPEG)
+            return Rendered(media.image_bytes(spec, m.params.seed, content, version),
+                            content_type=M.CONTENT_TYPES[ptype])
         if ptype == M.BIN:
             rng = np.random.default_rng([m.params.seed & 0xFFFFFFFF, 22, content, version])
             return Rendered(rng.bytes(int(rng.integers(4096, 20480))), content_type="application/octet-stream")
         return self._html(src, version, last_change)
+
+    # ---- PDF ---------------------------------------------------------------------------------------------
+    def pdf_words(self, src: int, version: int) -> list[str]:
+        """The words of a PDF's text at ``version`` (Latin-1 only: the PDF's font is WinAnsi)."""
+        content = int(self.m.content[src])
+        n = media.PDF_WORDS_PER_PAGE * media.pdf_page_count(self.m.params.seed, content)
+        return " ".join(self._text(content, version, n, "iso-8859-1")).split()
+
+    def pdf_links(self, src: int) -> list[str]:
+        """Absolute URLs of a PDF's link annotations (http ones; the mailto: one is added by media)."""
+        return [self.m.url(int(d)) for d in self.m.link_dst[self.m.links(src)]]
+
+    def pdf(self, src: int, version: int) -> bytes:
+        content = int(self.m.content[src])
+        pages = media.pdf_page_count(self.m.params.seed, content)
+        return media.pdf_bytes(self.m.titles[src], media.pdf_lines(self.pdf_words(src, version), pages),
+                               self.pdf_links(src))
 
     def _html(self, src: int, version: int, last_change: float) -> Rendered:
         m = self.m
@@ -289,20 +309,6 @@ class Renderer:
             return Rendered(e(part_a + part_b + part_c), content_type=ct)
         # noise slots: the ad after the header, the generated line before </body>
         return Rendered(e(part_a), e(part_b), e(part_c), noisy=True, content_type=ct)
-
-
-def _pdf(paras: list[str]) -> bytes:
-    text = " ".join(paras)[:1500].encode("latin-1", errors="replace")
-    text = text.replace(b"\\", b"").replace(b"(", b"").replace(b")", b"")
-    stream = b"BT /F1 11 Tf 72 720 Td (" + text + b") Tj ET"
-    objs = [b"<</Type/Catalog/Pages 2 0 R>>", b"<</Type/Pages/Kids[3 0 R]/Count 1>>",
-            b"<</Type/Page/Parent 2 0 R/MediaBox[0 0 612 792]/Contents 4 0 R>>",
-            b"<</Length %d>>stream\n" % len(stream) + stream + b"\nendstream"]
-    out = [b"%PDF-1.4\n"]
-    for i, o in enumerate(objs, start=1):
-        out.append(b"%d 0 obj" % i + o + b"endobj\n")
-    out.append(b"trailer<</Root 1 0 R>>\n%%EOF\n")
-    return b"".join(out)
 
 
 def _png(seed: int, content: int, version: int) -> bytes:

@@ -19,7 +19,9 @@ from scipy.sparse.csgraph import shortest_path
 
 from crawl.config import DEFAULT_USER_AGENT
 from crawl.records import TS
+from crawl.simweb import media
 from crawl.simweb import model as M
+from crawl.simweb.render import Renderer
 
 try:  # the crawler's own robots decision, so truth and crawler agree by construction
     from crawl.robots import is_allowed as _crawler_is_allowed
@@ -140,7 +142,35 @@ def truth_table(model: M.Model, at: float | None = None) -> pa.Table:
                                  pa.string()),
         "host_conditional": pa.array([hosts[h].conditional for h in ph], pa.bool_()),
         "host_mode": pa.array([hosts[h].mode or None for h in ph], pa.string()),
+        **media_columns(model, v),
     })
+
+
+def media_columns(model: M.Model, version: np.ndarray) -> dict[str, pa.Array]:
+    """What each PDF and image contains (null on other pages): PDF title, page count, http(s) link
+    targets and text (its words joined by single spaces, at ``version``); image format, width, height,
+    EXIF DateTimeOriginal (naive, as EXIF has no time zone) and camera make and model."""
+    n = model.n_pages
+    r = Renderer(model, cache_bytes=0)
+    seed = model.params.seed
+    cols: dict[str, list] = {k: [None] * n for k in (
+        "pdf_title", "pdf_pages", "pdf_links", "pdf_text", "image_format", "image_width", "image_height",
+        "exif_datetime", "camera_make", "camera_model")}
+    for pid in np.flatnonzero(np.isin(model.page_type, [M.PDF, M.PNG, M.JPEG])).tolist():
+        src, content = int(model.render_src[pid]), int(model.content[pid])
+        if model.page_type[pid] == M.PDF:
+            cols["pdf_title"][pid] = model.titles[src]
+            cols["pdf_pages"][pid] = media.pdf_page_count(seed, content)
+            cols["pdf_links"][pid] = r.pdf_links(src)
+            cols["pdf_text"][pid] = " ".join(r.pdf_words(src, int(version[pid])))
+        else:
+            spec = media.image_spec(seed, content, model.page_type[pid] == M.JPEG)
+            cols["image_format"][pid], cols["image_width"][pid] = spec.format, spec.width
+            cols["image_height"][pid], cols["exif_datetime"][pid] = spec.height, spec.exif_datetime
+            cols["camera_make"][pid], cols["camera_model"][pid] = spec.camera_make, spec.camera_model
+    types = {"pdf_pages": pa.int32(), "pdf_links": pa.list_(pa.string()), "image_width": pa.int32(),
+             "image_height": pa.int32(), "exif_datetime": pa.timestamp("s")}
+    return {k: pa.array(vals, types.get(k, pa.string())) for k, vals in cols.items()}
 
 
 def write_truth(model: M.Model, out: str | os.PathLike[str], at: float | None = None) -> pa.Table:
