@@ -191,6 +191,26 @@ def _checked(name: str, fn: Any, fallback_mime: str | None) -> tuple[Parser, tup
     return fn, mimes
 
 
+def find_parsers(names: Iterable[str] = (), eps: Iterable[importlib.metadata.EntryPoint] | None = None
+                 ) -> list[tuple[str, Parser, tuple[str, ...]]]:
+    """Load (without registering) the parsers of ``eps`` (default: the installed ``recrawl.parsers``
+    entry points) and of the ``module:function`` ``names``: ``[(where from, function, MIME types)]``.
+    The round's driver calls it to refuse a bad name before anything is fetched."""
+    if eps is None:
+        eps = importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)
+    found: list[tuple[str, Parser, tuple[str, ...]]] = []
+    for ep in eps:
+        try:
+            fn = ep.load()
+        except Exception as exc:
+            raise ParserLoadError(f"parser entry point {ep.name!r} ({ep.value}): cannot load it: "
+                                  f"{type(exc).__name__}: {exc}") from None
+        found.append((f"entry point {ep.name}", *_checked(ep.value, fn, ep.name)))
+    for spec in names:
+        found.append((spec, *load_parser(spec)))
+    return found
+
+
 def install_parsers(names: Iterable[str] = (), entry_points: bool = True) -> dict[str, str]:
     """Register the parsers of installed ``recrawl.parsers`` entry points, then those named in config.
 
@@ -206,17 +226,7 @@ def install_parsers(names: Iterable[str] = (), entry_points: bool = True) -> dic
     key = (*(f"{ep.name}={ep.value}" for ep in eps), "|", *names)
     if key in _installed:
         return _installed[key]
-    found: list[tuple[str, Parser, tuple[str, ...]]] = []
-    if entry_points:
-        for ep in eps:
-            try:
-                fn = ep.load()
-            except Exception as exc:
-                raise ParserLoadError(f"parser entry point {ep.name!r} ({ep.value}): cannot load it: "
-                                      f"{type(exc).__name__}: {exc}") from None
-            found.append((f"entry point {ep.name}", *_checked(ep.value, fn, ep.name)))
-    for spec in names:
-        found.append((spec, *load_parser(spec)))
+    found = find_parsers(names, eps)
     for _, fn, mimes in found:
         for m in mimes:
             register_parser(m, fn)
@@ -777,6 +787,6 @@ def parse_partition(root: str, fetch_table: pa.Table, max_outlinks: int) -> tupl
 
 __all__ = [
     "ENTRY_POINT_GROUP", "ImageInfo", "Link", "ParsedDoc", "Parser", "ParserLoadError", "detect_charset",
-    "install_parsers", "load_parser", "parse_document", "parse_html", "parse_partition", "parser", "parser_for",
+    "find_parsers", "install_parsers", "load_parser", "parse_document", "parse_html", "parse_partition", "parser", "parser_for",
     "register_parser", "sniff_mime", "x_robots_flags",
 ]

@@ -198,11 +198,12 @@ def fetch_parse(cfg: CrawlConfig, round_no: int, now: datetime | None = None,
 
 
 def _check_parsers(cfg: CrawlConfig) -> None:
-    """Load the configured parser plugins here, so a bad name fails the round before any fetch."""
-    from crawl.parse import ParserLoadError, install_parsers
+    """Load (not register: the workers do that) the parser plugins, so a bad name fails the round
+    before any fetch."""
+    from crawl.parse import ParserLoadError, find_parsers
 
     try:
-        install_parsers(cfg.parsers)
+        find_parsers(cfg.parsers)
     except ParserLoadError as exc:
         raise ConfigError(f"parsers: {exc}") from None
 
