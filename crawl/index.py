@@ -77,7 +77,7 @@ IMAGES_SCHEMA = pa.schema([
     ("width", pa.int32()),
     ("height", pa.int32()),
     ("mode", pa.string()),               # RGB, L, P, ...
-    ("exif_datetime", pa.timestamp("s")),  # EXIF DateTimeOriginal (else DateTime); naive camera time
+    ("exif_datetime", pa.timestamp("ms")),  # EXIF DateTimeOriginal (else DateTime); naive camera time
     ("camera_make", pa.string()),
     ("camera_model", pa.string()),
     ("round", pa.int32()),

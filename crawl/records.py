@@ -108,7 +108,7 @@ PAGE_SCHEMA = pa.schema([
     ("image_width", pa.int32()),
     ("image_height", pa.int32()),
     ("image_mode", pa.string()),
-    ("exif_datetime", pa.timestamp("s")),  # EXIF has no time zone: naive local camera time
+    ("exif_datetime", pa.timestamp("ms")),  # EXIF has no time zone: naive local camera time
     ("camera_make", pa.string()),
     ("camera_model", pa.string()),
 ])

@@ -169,7 +169,7 @@ def media_columns(model: M.Model, version: np.ndarray) -> dict[str, pa.Array]:
             cols["image_height"][pid], cols["exif_datetime"][pid] = spec.height, spec.exif_datetime
             cols["camera_make"][pid], cols["camera_model"][pid] = spec.camera_make, spec.camera_model
     types = {"pdf_pages": pa.int32(), "pdf_links": pa.list_(pa.string()), "image_width": pa.int32(),
-             "image_height": pa.int32(), "exif_datetime": pa.timestamp("s")}
+             "image_height": pa.int32(), "exif_datetime": pa.timestamp("ms")}
     return {k: pa.array(vals, types.get(k, pa.string())) for k, vals in cols.items()}
 
 
