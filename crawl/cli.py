@@ -2,7 +2,10 @@
 
 Configuration is one typed object (:mod:`crawl.config`): ``--config FILE`` (YAML) < ``CRAWL_*`` env <
 flags. An invalid value exits with status 2 and a message naming the key; bad seeds exit with
-status 2 and list every bad seed, and nothing is written.
+status 2 and list every bad seed, and nothing is written. A round refused because another round of
+the crawl holds its lease (or whose lease was taken over) exits with status 3 and names the lease's
+owner; a Dask cluster that cannot run the round (no workers within ``dask_wait_for_workers_s``)
+exits with status 4 and names the scheduler.
 """
 
 from __future__ import annotations
@@ -22,8 +25,11 @@ from crawl.config import (
     describe,
     load_config,
 )
-from crawl.errors import SeedError
+from crawl.errors import ClusterError, LeaseHeld, LeaseLost, SeedError
 from crawl.progress import make_progress
+
+EXIT_LEASE = 3
+EXIT_CLUSTER = 4
 
 STEPS = ("inject", "generate", "fetch_parse", "update", "reprioritise", "publish")
 
@@ -127,6 +133,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--round", type=int)
     p.add_argument("--now")
     p.add_argument("--seeds", nargs="*", help=SEEDS_HELP)
+    p.add_argument("--run-id", help="the logical round this step belongs to (the DAG passes its run id): "
+                                    "steps of one run share the crawl's lease, which outlives each step")
     return ap
 
 
@@ -138,6 +146,12 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, SeedError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except (LeaseHeld, LeaseLost) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_LEASE
+    except ClusterError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_CLUSTER
 
 
 def _dispatch(args: argparse.Namespace, cfg: CrawlConfig) -> int:
@@ -207,23 +221,30 @@ def _report(cfg: CrawlConfig, args: argparse.Namespace) -> int:
 
 def _step(cfg: CrawlConfig, args: argparse.Namespace) -> dict[str, Any]:
     from crawl import round as rnd
+    from crawl.lease import FETCH_PHASE, held
 
     now = _now(args.now)
     if args.name == "inject":
-        return rnd.inject(cfg, args.seeds or [], now)
-    if args.name == "generate":
-        return rnd.generate(cfg, now)
-    if args.round is None:
+        rnd.validate_seeds(args.seeds or [], cfg)
+    elif args.name != "generate" and args.round is None:
         raise ConfigError(f"step {args.name}: --round is required")
-    if args.name == "fetch_parse":
-        out = rnd.fetch_parse(cfg, args.round, now, progress=_progress)
-        out.pop("per_partition", None)
-        return out
-    if args.name == "update":
-        return rnd.update(cfg, args.round, now)
-    if args.name == "reprioritise":
-        return rnd.reprioritise(cfg, args.round, now)
-    return rnd.publish(cfg, args.round)
+    # a step of a run keeps the lease for the run's next step; publish (or a step without a run) ends it
+    keep = bool(args.run_id) and args.name != "publish"
+    phase = FETCH_PHASE if args.name == "fetch_parse" else args.name
+    with held(cfg, run=args.run_id, phase=phase, keep=keep) as lease:
+        if args.name == "inject":
+            return rnd.inject(cfg, args.seeds or [], now, lease=lease)
+        if args.name == "generate":
+            return rnd.generate(cfg, now, lease=lease)
+        if args.name == "fetch_parse":
+            out = rnd.fetch_parse(cfg, args.round, now, progress=_progress, lease=lease)
+            out.pop("per_partition", None)
+            return out
+        if args.name == "update":
+            return rnd.update(cfg, args.round, now, lease=lease)
+        if args.name == "reprioritise":
+            return rnd.reprioritise(cfg, args.round, now, lease=lease)
+        return rnd.publish(cfg, args.round, lease=lease)
 
 
 def _run(cfg: CrawlConfig, args: argparse.Namespace) -> None:
@@ -231,14 +252,18 @@ def _run(cfg: CrawlConfig, args: argparse.Namespace) -> None:
 
     from crawl import round as rnd
     from crawl.cluster import dask_client
+    from crawl.lease import held
 
     start = _now(args.now) if args.now else None
     totals = {"fetched": 0, "new_urls": 0, "duplicates": 0, "near_duplicates": 0, "errors": 0, "seconds": 0.0}
+    if args.seeds:
+        rnd.validate_seeds(args.seeds, cfg)
     # A live bar per step on a terminal (pages/s, ETA), plain lines otherwise (crawl.progress).
-    with make_progress() as progress, dask_client(cfg, announce=progress) as client:
+    with held(cfg, phase="run") as lease, make_progress() as progress, dask_client(cfg, announce=progress) as client:
         for i in range(args.rounds):
             now = (start + timedelta(seconds=i * cfg.round_duration_s)) if start else datetime.now(UTC)
-            summary = rnd.run_round(cfg, args.seeds if i == 0 else None, now, progress=progress, client=client)
+            summary = rnd.run_round(cfg, args.seeds if i == 0 else None, now, progress=progress, client=client,
+                                    lease=lease)
             progress(f"round {summary['round']} report: {rnd.report(cfg, summary['round'])['path']}")
             fp, up = summary["fetch_parse"], summary["update"]
             totals["fetched"] += fp.get("fetched", 0)

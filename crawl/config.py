@@ -273,6 +273,13 @@ class CrawlConfig:
     dask_workers: int = 2
     dask_dashboard: bool = True  # the embedded LocalCluster's dashboard (bokeh), URL printed by `crawl run`
     dask_dashboard_port: int = 0  # its port on 127.0.0.1; 0 = any free port
+    dask_wait_for_workers_s: float = 60.0  # no worker on the scheduler within this wait: the round fails
+
+    # one round at a time per crawl (crawl.lease) and the health gate of a round
+    lease_expiry_s: float = 60.0  # a lease not renewed for this long may be taken over
+    degraded_host_failure_share: float = 0.5  # share of hosts with connection failures that marks a round degraded
+    degraded_min_fetched_share: float = 0.5  # fetched / planned below this marks a round degraded
+    degraded_fails_dag: bool = True  # a degraded round fails the DAG's publish task (else: a warning)
 
     def replace(self, **changes: Any) -> CrawlConfig:
         return load_config(overrides={**dataclasses.asdict(self), **changes}, use_env=False)
@@ -290,6 +297,7 @@ _POSITIVE = {
     "read_timeout_s", "total_timeout_s", "max_body_bytes", "max_url_length",
     "max_query_params", "max_outlinks_per_page", "bloom_expected_urls", "dask_workers",
     "max_path_segments", "max_sitemaps_per_host", "pdf_max_bytes", "pdf_max_pages", "pdf_max_seconds",
+    "dask_wait_for_workers_s", "lease_expiry_s",
 }
 _NON_NEGATIVE = {
     "max_crawl_delay_s", "backoff_base_s", "backoff_cap_s", "robots_ttl_s",
@@ -356,6 +364,9 @@ def _validate(cfg: CrawlConfig) -> None:
     for key in _NON_NEGATIVE:
         if getattr(cfg, key) < 0:
             raise ConfigError(f"{key}: must be >= 0, got {getattr(cfg, key)!r}")
+    for key in ("degraded_host_failure_share", "degraded_min_fetched_share"):
+        if not 0.0 <= getattr(cfg, key) <= 1.0:
+            raise ConfigError(f"{key}: must be between 0 and 1, got {getattr(cfg, key)!r}")
     if not 0.0 < cfg.bloom_fp_rate < 0.5:
         raise ConfigError(f"bloom_fp_rate: must be in (0, 0.5), got {cfg.bloom_fp_rate!r}")
     if not 0.0 <= cfg.backoff_jitter < 1.0:

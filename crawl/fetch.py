@@ -47,7 +47,7 @@ import threading
 import time
 import zlib
 from collections import Counter, deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -60,6 +60,7 @@ import pyarrow.compute as pc
 from crawl import records as R
 from crawl import url as U
 from crawl.config import CrawlConfig
+from crawl.errors import FetchStopped
 from crawl.fingerprint import payload_digest
 from crawl.net import GuardedResolver, PrivateAddressError, classify_error, guarded_connector
 from crawl.robots import RobotsPolicy, policy_from_response
@@ -300,6 +301,23 @@ class _Fetcher:
         self.tasks: set[asyncio.Task[None]] = set()
         self.active = 0  # admitted slots not yet retired
         self.one_in_flight = cfg.max_in_flight_per_host == 1
+        self.should_continue: Callable[[], bool] | None = None
+        self.stopped = False  # set by the watch thread: no request starts after it
+
+    # -- may we go on? (lease fencing / scheduler connection, see crawl.tasks.may_continue) -----
+    def _watch(self, loop: asyncio.AbstractEventLoop, done: threading.Event) -> None:
+        """Ask ``should_continue`` every second, off the event loop (it may read object storage)."""
+        from crawl.lease import CHECK_INTERVAL_S
+
+        while not done.wait(CHECK_INTERVAL_S):
+            try:
+                ok = self.should_continue()  # type: ignore[misc]
+            except Exception:  # cannot tell: stopping is the safe side
+                ok = False
+            if not ok:
+                self.stopped = True
+                loop.call_soon_threadsafe(self.wake.set)
+                return
 
     # -- clock -------------------------------------------------------------------------------
     def mono(self) -> float:
@@ -465,12 +483,19 @@ class _Fetcher:
         self.timeout = aiohttp.ClientTimeout(total=None, sock_connect=cfg.connect_timeout_s,
                                              connect=cfg.connect_timeout_s, sock_read=cfg.read_timeout_s)
         self.build_slots(await self._politeness_keys())
+        done = threading.Event()
+        if self.should_continue is not None:
+            threading.Thread(target=self._watch, args=(asyncio.get_running_loop(), done),
+                             name="fetch-watch", daemon=True).start()
         async with aiohttp.ClientSession(
             connector=connector, auto_decompress=True, trace_configs=traces,
             headers={"User-Agent": cfg.user_agent}, cookie_jar=aiohttp.DummyCookieJar(),
             max_field_size=16_384, read_bufsize=_CHUNK,
         ) as self.session:
-            await self._dispatch()
+            try:
+                await self._dispatch()
+            finally:
+                done.set()
         await self.resolver.close()
 
     async def _dispatch(self) -> None:
@@ -482,7 +507,7 @@ class _Fetcher:
         loop = asyncio.get_running_loop()
         while True:
             now = self.mono()
-            if now >= self.deadline_s:
+            if now >= self.deadline_s or self.stopped:
                 break
             while self.active < cfg.max_concurrent_hosts and pending:
                 s = pending.popleft()
@@ -531,6 +556,9 @@ class _Fetcher:
                 await asyncio.wait_for(self.wake.wait(), timeout=max(wait, 0.0005))
             except TimeoutError:
                 pass
+        if self.stopped:  # not ours any more: no request may start, in-flight ones are cut
+            for t in list(self.tasks):
+                t.cancel()
         # deadline reached (or all done): settle everything not started, let in-flight requests end
         for h in self.hosts.values():
             if h.queue:
@@ -577,6 +605,8 @@ class _Fetcher:
         """One GET, no redirects followed; ``slot`` (default the origin's) is the politeness queue
         the request counts against (a robots.txt redirect to another host counts against that
         host's)."""
+        if self.stopped:  # redirect hops and robots/sitemap follow-ups too
+            raise FetchStopped("fetch stopped")
         s = slot or h.slot
         body = bytearray()
         truncated: str | None = None
@@ -1114,6 +1144,7 @@ def fetch_partition(
     known_digests: Mapping[str, tuple[str, str]] | None = None,
     robots_cache: pa.Table | None = None,
     deadline_s: float | None = None,
+    should_continue: Callable[[], bool] | None = None,
 ) -> FetchOutput:
     """Fetch one fetch-list partition politely; write three WARC files under ``root``; return rows.
 
@@ -1128,9 +1159,14 @@ def fetch_partition(
     paths depend only on ``warc_prefix``, and files are published atomically at the end, so a rerun
     overwrites the earlier attempt. ``known_digests`` (digest -> (url, ISO date)) turns an already
     stored body into a revisit record; digests stored here are added for the rest of the task.
+
+    ``should_continue`` is asked about once a second (:data:`crawl.lease.CHECK_INTERVAL_S`) from a
+    side thread; once it answers False no further request starts, in-flight ones are cancelled and
+    :class:`~crawl.errors.FetchStopped` is raised (the WARC files are aborted, nothing is returned).
     """
     f = _Fetcher(cfg, root, warc_prefix, now, known_digests,
                  cfg.round_duration_s if deadline_s is None else deadline_s)
+    f.should_continue = should_continue
     f.load(fetchlist, robots_cache)
     started = time.monotonic()
     with ExitStack() as stack:
@@ -1139,6 +1175,9 @@ def fetch_partition(
         # exits first (LIFO): every queued record is written before the WARC files are closed
         stack.enter_context(f.writer)
         asyncio.run(f.run())
+        if f.stopped:
+            raise FetchStopped(f"fetch of {warc_prefix} stopped after {f.stats.get('requests', 0)} requests: "
+                               "the round is no longer this task's (lease or scheduler gone)")
         f.stats["fetch_loop_s"] = time.monotonic() - started
         f.writer.close()
         f.finish_rows()  # re-raises a failed write here, so the WARC files are aborted, not published

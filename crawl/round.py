@@ -22,6 +22,7 @@ import pyarrow.compute as pc
 from crawl import crawldb, frontier, schedule, seen
 from crawl.config import ConfigError, CrawlConfig
 from crawl.errors import SeedError
+from crawl.lease import FETCH_PHASE, Lease, held
 from crawl.progress import steps_of
 from crawl.store import Store
 from crawl.tasks import fetch_task, host_crawl_delays, parse_task
@@ -82,8 +83,15 @@ def validate_seeds(seeds: Sequence[str], cfg: CrawlConfig | None = None) -> list
     return list(dict.fromkeys(good))
 
 
-def inject(cfg: CrawlConfig, seeds: Sequence[str], now: datetime | None = None) -> dict[str, Any]:
+def inject(cfg: CrawlConfig, seeds: Sequence[str], now: datetime | None = None,
+           lease: Lease | None = None) -> dict[str, Any]:
     """Queue seeds for the next round (merged with seeds injected earlier for that round)."""
+    validate_seeds(seeds, cfg)  # bad seeds fail before anything (the lease included) is written
+    with held(cfg, lease, phase="inject"):
+        return _inject(cfg, seeds, now)
+
+
+def _inject(cfg: CrawlConfig, seeds: Sequence[str], now: datetime | None) -> dict[str, Any]:
     now = _utc(now)
     canon = validate_seeds(seeds, cfg)
     store = _store(cfg)
@@ -121,8 +129,13 @@ def inject(cfg: CrawlConfig, seeds: Sequence[str], now: datetime | None = None) 
 
 
 # ---- generate -------------------------------------------------------------------------------------
-def generate(cfg: CrawlConfig, now: datetime | None = None) -> dict[str, Any]:
+def generate(cfg: CrawlConfig, now: datetime | None = None, lease: Lease | None = None) -> dict[str, Any]:
     """Write this round's fetch lists (reused as they are when the round is being resumed)."""
+    with held(cfg, lease, phase="generate"):
+        return _generate(cfg, now)
+
+
+def _generate(cfg: CrawlConfig, now: datetime | None) -> dict[str, Any]:
     now = _utc(now)
     store = _store(cfg)
     n = next_round(cfg)
@@ -159,8 +172,20 @@ def generate(cfg: CrawlConfig, now: datetime | None = None) -> dict[str, Any]:
 
 # ---- fetch + parse on Dask ------------------------------------------------------------------------
 def fetch_parse(cfg: CrawlConfig, round_no: int, now: datetime | None = None,
-                progress: Progress | None = None, client: Any = None) -> dict[str, Any]:
-    """Run one fetch task and one parse task per fetch-list partition on the Dask cluster."""
+                progress: Progress | None = None, client: Any = None, lease: Lease | None = None) -> dict[str, Any]:
+    """Run one fetch task and one parse task per fetch-list partition on the Dask cluster.
+
+    Under the lease: first wait until a dead previous attempt's fetchers are known to have stopped
+    (:meth:`Lease.wait_quiet`), then hand the fencing token to every fetch task, which stops between
+    requests once the token is no longer current.
+    """
+    with held(cfg, lease, phase=FETCH_PHASE) as lz:
+        lz.wait_quiet(progress)
+        return _fetch_parse(cfg, round_no, now, progress, client, lz.token)
+
+
+def _fetch_parse(cfg: CrawlConfig, round_no: int, now: datetime | None, progress: Progress | None,
+                 client: Any, token: int | None) -> dict[str, Any]:
     now = _utc(now)
     store = _store(cfg)
     gen = store.read_json(store.round_dir(round_no, "generate.json"))
@@ -177,12 +202,12 @@ def fetch_parse(cfg: CrawlConfig, round_no: int, now: datetime | None = None,
 
             with dask_client(cfg, announce=progress) as c:
                 dashboard = dashboard_url(c, cfg)
-                results = _run_parts(c, cfg, round_no, parts, now, progress)
+                results = _run_parts(c, cfg, round_no, parts, now, progress, token)
         else:
             from crawl.cluster import dashboard_url
 
             dashboard = dashboard_url(client, cfg)
-            results = _run_parts(client, cfg, round_no, parts, now, progress)
+            results = _run_parts(client, cfg, round_no, parts, now, progress, token)
     elapsed = time.monotonic() - started
     # page requests (robots.txt excluded) -- fetch stats count every attempt
     fetched = sum(int(r.get("fetch", {}).get("requests", 0) or 0) for r in results)
@@ -209,12 +234,12 @@ def _check_parsers(cfg: CrawlConfig) -> None:
 
 
 def _run_parts(client: Any, cfg: CrawlConfig, round_no: int, parts: list[int], now: datetime,
-               progress: Progress | None) -> list[dict[str, Any]]:
+               progress: Progress | None, token: int | None = None) -> list[dict[str, Any]]:
     from distributed import as_completed
 
     futures = {}
     for k in parts:
-        f = client.submit(fetch_task, cfg, round_no, k, now, key=f"fetch-{cfg.crawl_id}-{round_no}-{k}",
+        f = client.submit(fetch_task, cfg, round_no, k, now, token, key=f"fetch-{cfg.crawl_id}-{round_no}-{k}",
                           retries=2, pure=False)
         p = client.submit(parse_task, cfg, round_no, k, f, key=f"parse-{cfg.crawl_id}-{round_no}-{k}",
                           retries=2, pure=False)
@@ -233,8 +258,14 @@ def _run_parts(client: Any, cfg: CrawlConfig, round_no: int, parts: list[int], n
 
 
 # ---- update, reprioritise, publish ---------------------------------------------------------------
-def update(cfg: CrawlConfig, round_no: int, now: datetime | None = None, client: Any = None) -> dict[str, Any]:
+def update(cfg: CrawlConfig, round_no: int, now: datetime | None = None, client: Any = None,
+           lease: Lease | None = None) -> dict[str, Any]:
     """Merge the round into the next CrawlDb version (per URL-hash shard: Dask tasks when a client is given)."""
+    with held(cfg, lease, phase="update"):
+        return _update_step(cfg, round_no, now, client)
+
+
+def _update_step(cfg: CrawlConfig, round_no: int, now: datetime | None, client: Any) -> dict[str, Any]:
     from crawl.update import update as _update
 
     store = _store(cfg)
@@ -245,8 +276,14 @@ def update(cfg: CrawlConfig, round_no: int, now: datetime | None = None, client:
     return stats
 
 
-def reprioritise(cfg: CrawlConfig, round_no: int, now: datetime | None = None) -> dict[str, Any]:
+def reprioritise(cfg: CrawlConfig, round_no: int, now: datetime | None = None,
+                 lease: Lease | None = None) -> dict[str, Any]:
     """Turn the merged rows into CrawlDb version ``round_no``: change rates, importance, priorities."""
+    with held(cfg, lease, phase="reprioritise"):
+        return _reprioritise(cfg, round_no, now)
+
+
+def _reprioritise(cfg: CrawlConfig, round_no: int, now: datetime | None) -> dict[str, Any]:
     now = _utc(now)
     store = _store(cfg)
     merged = store.read_tables(
@@ -260,8 +297,16 @@ def reprioritise(cfg: CrawlConfig, round_no: int, now: datetime | None = None) -
     return stats
 
 
-def publish(cfg: CrawlConfig, round_no: int) -> dict[str, Any]:
-    """The round's single commit: manifest, then the CURRENT pointer flips to ``round_no``."""
+def publish(cfg: CrawlConfig, round_no: int, lease: Lease | None = None) -> dict[str, Any]:
+    """The round's single commit: manifest, then the CURRENT pointer flips to ``round_no``.
+
+    Fenced: refused (:class:`~crawl.errors.LeaseLost`) when the lease's token is no longer current.
+    """
+    with held(cfg, lease, phase="publish") as lz:
+        return _publish(cfg, round_no, lz)
+
+
+def _publish(cfg: CrawlConfig, round_no: int, lease: Lease) -> dict[str, Any]:
     store = _store(cfg)
     if store.current_round() == round_no:
         return store.read_json(store.round_dir(round_no, "manifest.json"))
@@ -277,6 +322,7 @@ def publish(cfg: CrawlConfig, round_no: int) -> dict[str, Any]:
         s = store.read_json(store.round_dir(round_no, f"{step}.json"), {})
         s.pop("per_partition", None)
         summary[step] = s
+    lease.check(f"publish of round {round_no}")
     store.publish(round_no, summary)
     return summary
 
@@ -299,31 +345,39 @@ def report(cfg: CrawlConfig, round_no: int, origin: dict[str, Any] | None = None
 
 
 def run_round(cfg: CrawlConfig, seeds: Sequence[str] | None = None, now: datetime | None = None,
-              progress: Progress | None = None, client: Any = None) -> dict[str, Any]:
-    """inject (if seeds) → generate → fetch+parse → update → reprioritise → publish."""
+              progress: Progress | None = None, client: Any = None, lease: Lease | None = None) -> dict[str, Any]:
+    """inject (if seeds) → generate → fetch+parse → update → reprioritise → publish, under one lease."""
     now = _utc(now)
     steps = steps_of(progress)  # a bar per step on a terminal (crawl.progress); plain callables: lines only
     if seeds:
+        validate_seeds(seeds, cfg)
+    with held(cfg, lease, phase="round") as lz:
+        return _run_round(cfg, seeds, now, progress, client, lz, steps)
+
+
+def _run_round(cfg: CrawlConfig, seeds: Sequence[str] | None, now: datetime, progress: Progress | None,
+               client: Any, lease: Lease, steps: Any) -> dict[str, Any]:
+    if seeds:
         steps.start("inject")
-        inject(cfg, seeds, now)
+        inject(cfg, seeds, now, lease=lease)
         steps.finish()
     steps.start("generate")
-    gen = generate(cfg, now)
+    gen = generate(cfg, now, lease=lease)
     steps.finish()
     n = gen["round"]
     if progress:
         progress(f"round {n}: {gen['urls']} URLs on {gen['hosts']} hosts in {len(gen['partitions'])} partitions")
     steps.start("fetch_parse", total=gen["urls"])
-    fp = fetch_parse(cfg, n, now, progress, client)
+    fp = fetch_parse(cfg, n, now, progress, client, lease=lease)
     steps.finish()
     steps.start("update")
-    up = update(cfg, n, now, client)
+    up = update(cfg, n, now, client, lease=lease)
     steps.finish()
     steps.start("reprioritise")
-    reprioritise(cfg, n, now)
+    reprioritise(cfg, n, now, lease=lease)
     steps.finish()
     steps.start("publish")
-    summary = publish(cfg, n)
+    summary = publish(cfg, n, lease=lease)
     steps.finish()
     if progress:
         progress(f"round {n} published: {fp['fetched']} fetched ({fp['pages_per_s']} pages/s), "

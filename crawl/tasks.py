@@ -10,6 +10,7 @@ state between tasks.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -17,6 +18,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from crawl.config import CrawlConfig
+from crawl.errors import FetchStopped
+from crawl.lease import token_is_current
 from crawl.records import (
     FETCH_SCHEMA,
     FETCHLIST_SCHEMA,
@@ -77,14 +80,49 @@ def host_crawl_delays(store: Store, version: int, user_agent: str, robots_max_by
                      "delay_s": pa.array(list(worst.values()), pa.float64())})
 
 
-def fetch_task(cfg: CrawlConfig, round_no: int, part: int, now: datetime) -> dict[str, Any]:
+def may_continue(store: Store, token: int | None) -> Callable[[], bool]:
+    """The check a fetch task makes between requests: may it go on sending requests?
+
+    No when the Dask worker running it is no longer connected to its scheduler (the round that
+    submitted it is gone: a rerun may already be fetching the same hosts), or when the crawl's lease
+    has moved past ``token`` (another attempt took the round over) or expired (its owner died).
+    """
+    def check() -> bool:
+        return worker_connected() and (token is None or token_is_current(store, token))
+
+    return check
+
+
+def worker_connected() -> bool:
+    """True outside a Dask worker; inside one, whether the worker is still running for a scheduler."""
+    try:
+        from distributed import get_worker
+        from distributed.core import Status
+
+        worker = get_worker()
+    except (ImportError, ValueError):
+        return True
+    stream = getattr(worker, "batched_stream", None)
+    comm = getattr(stream, "comm", None)
+    return worker.status == Status.running and not (comm is not None and comm.closed())
+
+
+def fetch_task(cfg: CrawlConfig, round_no: int, part: int, now: datetime, token: int | None = None) -> dict[str, Any]:
     """Fetch one partition: WARC files + fetch records + robots rows + sitemap entries, then the done
-    marker (written last, so a partition with a marker has all its files)."""
+    marker (written last, so a partition with a marker has all its files).
+
+    ``token`` is the round's lease fencing token: the task stops between requests (raising
+    :class:`~crawl.errors.FetchStopped`, nothing written) once it is no longer current.
+    """
     from crawl.fetch import fetch_partition
 
     store = Store(cfg.root, cfg.crawl_id)
     if store.is_done(round_no, "fetched", part):
         return store.read_json(store.part_file(round_no, "fetched", part, "done"))
+    go_on = may_continue(store, token)
+    if not go_on():
+        raise FetchStopped(f"fetch of round {round_no} partition {part} not started: lease token {token} "
+                           "is no longer current or the worker lost its scheduler")
     wait_after_dead_attempt(cfg, store, round_no, part)
     fetchlist = store.read_table(store.part_file(round_no, "fetchlist", part), FETCHLIST_SCHEMA)
     out = fetch_partition(
@@ -95,6 +133,7 @@ def fetch_task(cfg: CrawlConfig, round_no: int, part: int, now: datetime) -> dic
         now=now,
         known_digests=load_known_digests(store, round_no - 1),
         robots_cache=load_robots_cache(store, round_no - 1),
+        should_continue=go_on,
     )
     store.write_table(store.part_file(round_no, "fetched", part), out.fetches.cast(FETCH_SCHEMA))
     robots_rows = out.robots_rows

@@ -34,6 +34,13 @@ A scheduled run has no conf: it runs a round of the default crawl (``RECRAWL_CRA
 only if that crawl does not exist yet. A run whose conf gives ``seeds`` always injects them (the
 engine merges seeds into an existing crawl). ``max_active_runs=1``: two rounds never overlap.
 
+One round at a time. The engine's lease (``crawl.lease``) spans the DAG run: every step takes it
+with the run's id as its *run* (``airflow:recrawl:<run_id>``), keeps it for the next step, and the
+publish in ``report`` releases it. A CLI round or another DAG's round of the same crawl is refused
+while the lease is live; a retried step takes a new fencing token, which stops a previous attempt's
+fetchers still running on the cluster. A run that dies leaves the lease to expire
+(``lease_expiry_s``).
+
 Retries. Every task retries (``RECRAWL_TASK_RETRIES``, default 3) with exponential backoff from 30 s,
 capped at 15 min; bad input (config values, seeds) fails at once instead, since retrying cannot help.
 """
@@ -126,7 +133,26 @@ def _cfg_and_now() -> tuple[Any, datetime, dict[str, Any]]:
     return cfg, round_time(context), context
 
 
-def run_step_subprocess(step: str, cfg: Any, round_no: int, now: datetime) -> dict[str, Any]:
+def lease_run(context: Any) -> str:
+    """The lease's run id for this DAG run: every step of the run shares the crawl's lease."""
+    run_id = context.get("run_id") or getattr(context.get("dag_run"), "run_id", None) or "manual"
+    return f"airflow:{DAG_ID}:{run_id}"
+
+
+def leased_step(step: str, fn: Any, keep: bool = True) -> Any:
+    """Run ``fn(lease)`` under the run's lease (kept for the next step unless ``keep`` is False)."""
+    from crawl.errors import LeaseHeld
+    from crawl.lease import held
+
+    cfg, _, context = _cfg_and_now()
+    try:
+        with held(cfg, run=lease_run(context), phase=step, keep=keep) as lease:
+            return fn(lease)
+    except LeaseHeld as exc:  # another round runs: a retry later may find the crawl free
+        raise RuntimeError(f"step {step}: {exc}") from exc
+
+
+def run_step_subprocess(step: str, cfg: Any, round_no: int, now: datetime, run_id: str | None = None) -> dict[str, Any]:
     """Run one engine step as ``python -m crawl step ...`` and return the JSON dict it prints last.
 
     The child's stderr goes straight to this task's log; stdout's last line is the step's result.
@@ -135,7 +161,7 @@ def run_step_subprocess(step: str, cfg: Any, round_no: int, now: datetime) -> di
         sys.executable, "-m", "crawl", "step", step,
         "--root", cfg.root, "--crawl-id", cfg.crawl_id, "--round", str(round_no),
         "--now", now.isoformat(), "--config-json", cfg.to_json(),
-    ]
+    ] + (["--run-id", run_id] if run_id else [])
     log.info("running %s", " ".join(cmd[:10]))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
     proc = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, env=env, cwd=str(REPO),
@@ -186,8 +212,10 @@ def recrawl() -> None:
         is_new = api.crawl_summary(cfg.root, cfg.crawl_id) is None
         if "seeds" not in conf and not is_new:
             return {"crawl_id": cfg.crawl_id, "injected": 0, "skipped": "existing crawl, no seeds given"}
+        seeds = list(context["params"]["seeds"])
         try:
-            result = rnd.inject(cfg, list(context["params"]["seeds"]), now)
+            rnd.validate_seeds(seeds, cfg)  # before the lease: bad input writes nothing
+            result = leased_step("inject", lambda lease: rnd.inject(cfg, seeds, now, lease=lease))
         except SeedError as exc:  # names each bad seed; nothing was written; retrying cannot help
             raise AirflowFailException(str(exc)) from exc
         return {"crawl_id": cfg.crawl_id, "new_crawl": is_new, **_small(result)}
@@ -197,13 +225,13 @@ def recrawl() -> None:
         from crawl import round as rnd
 
         cfg, now, _ = _cfg_and_now()
-        result = rnd.generate(cfg, now)
+        result = leased_step("generate", lambda lease: rnd.generate(cfg, now, lease=lease))
         return {"round": int(result["round"]), "urls": int(result.get("urls", 0))}
 
     @task
     def fetch_parse(gen: dict[str, Any]) -> dict[str, Any]:
-        cfg, now, _ = _cfg_and_now()
-        result = run_step_subprocess("fetch_parse", cfg, gen["round"], now)
+        cfg, now, context = _cfg_and_now()
+        result = run_step_subprocess("fetch_parse", cfg, gen["round"], now, lease_run(context))
         return {"round": gen["round"], **_small(result)}
 
     @task
@@ -211,14 +239,16 @@ def recrawl() -> None:
         from crawl import round as rnd
 
         cfg, now, _ = _cfg_and_now()
-        return {"round": fetched["round"], **_small(rnd.update(cfg, fetched["round"], now))}
+        return {"round": fetched["round"],
+                **_small(leased_step("update", lambda lease: rnd.update(cfg, fetched["round"], now, lease=lease)))}
 
     @task
     def reprioritise(updated: dict[str, Any]) -> dict[str, Any]:
         from crawl import round as rnd
 
         cfg, now, _ = _cfg_and_now()
-        return {"round": updated["round"], **_small(rnd.reprioritise(cfg, updated["round"], now))}
+        return {"round": updated["round"], **_small(leased_step(
+            "reprioritise", lambda lease: rnd.reprioritise(cfg, updated["round"], now, lease=lease)))}
 
     @task
     def report(prioritised: dict[str, Any]) -> dict[str, Any]:
@@ -226,7 +256,8 @@ def recrawl() -> None:
         from crawl import round as rnd
 
         cfg, _, context = _cfg_and_now()
-        stats = rnd.publish(cfg, prioritised["round"])
+        stats = leased_step("publish", lambda lease: rnd.publish(cfg, prioritised["round"], lease=lease),
+                            keep=False)
         log.info("crawl %s round %s published: %s", cfg.crawl_id, prioritised["round"], stats)
         run_id = context.get("run_id") or getattr(context.get("dag_run"), "run_id", None)
         written = rnd.report(cfg, prioritised["round"], origin={"dag_id": DAG_ID, "run_id": run_id})

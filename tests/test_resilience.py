@@ -17,7 +17,7 @@ from pathlib import Path
 import pyarrow.compute as pc
 import pytest
 
-from crawl import crawldb
+from crawl import crawldb, lease
 from crawl import round as rnd
 from crawl.config import load_config
 from crawl.store import Store
@@ -30,7 +30,7 @@ T0 = datetime(2026, 11, 30, 12, tzinfo=UTC)
 def _cfg(root: Path, simweb, **over):
     base = {"root": str(root), "crawl_id": "res", "resolve": [simweb.resolve_rule], "politeness_delay_s": 0.05,
             "max_pages": 150, "partitions": 4, "url_shards": 2, "round_duration_s": 30.0,
-            "total_timeout_s": 5.0, "allowed_hosts": SCOPE, "max_crawl_delay_s": 2.0}
+            "total_timeout_s": 5.0, "allowed_hosts": SCOPE, "max_crawl_delay_s": 2.0, "lease_expiry_s": 3.0}
     base.update(over)
     return load_config(overrides=base, use_env=False)
 
@@ -69,6 +69,9 @@ def test_killed_round_reruns_to_the_same_published_state(simweb, tmp_path):
         proc.wait(10)
     assert store.current_round() == 1, "a killed round must not publish"
     done_before = {p for p in store.ls(store.round_dir(2, "fetched")) if p.endswith(".done")}
+    dead = lease.current(store)  # the killed round's lease: taken over once it expires
+    while dead.live():
+        time.sleep(0.1)
 
     out = subprocess.run(_cli(cfg, "round", "--now", (T0 + timedelta(hours=1)).isoformat()),
                          capture_output=True, text=True, timeout=300)
