@@ -124,20 +124,19 @@ def test_round_on_external_cluster_survives_a_killed_worker(simweb, tmp_path, da
     gen = rnd.generate(cfg, T0 + timedelta(hours=1))
     assert gen["urls"] > 20
 
-    victim = procs[1]
+    victim = procs[2]  # procs: the scheduler, then the workers named w0 and w1 (killed when busy)
     killed = {}
 
     def kill_when_busy():
         with Client(address, timeout="30s") as c:
             deadline = time.monotonic() + 60
             while time.monotonic() < deadline:
-                busy = {w: ts for w, ts in c.processing().items() if ts}
                 info = c.scheduler_info()["workers"]
-                for w, _ in busy.items():
-                    if info[w]["name"] == "w1":
+                for w, keys in c.processing().items():
+                    if info[w]["name"] == "w1" and any(str(k).startswith("fetch-") for k in keys):
                         time.sleep(0.5)  # mid-fetch
                         victim.send_signal(signal.SIGKILL)
-                        killed["at"] = time.monotonic()
+                        killed.update(at=time.monotonic(), address=w)
                         return
                 time.sleep(0.05)
 
@@ -149,6 +148,20 @@ def test_round_on_external_cluster_survives_a_killed_worker(simweb, tmp_path, da
     t.join()
     assert "at" in killed, "the worker was never busy"
     assert victim.poll() is not None
+    # the scheduler's own record that the kill landed mid-task and the task ran again elsewhere:
+    # its remove-worker event lists the fetch task(s) w1 was processing, and each such task's
+    # transition story has two 'processing' spells (w1, then the survivor) before its result is in memory
+    with Client(address, timeout="30s") as c:
+        removed = [m for _, m in c.get_events("all")
+                   if m.get("action") == "remove-worker" and m.get("worker") == killed["address"]]
+        assert len(removed) == 1, (killed, [m.get("action") for _, m in c.get_events(killed["address"])])
+        lost = [k for k in removed[0]["processing-tasks"] if str(k).startswith(f"fetch-{cfg.crawl_id}-2-")]
+        assert lost, f"w1 held no fetch task when it died: {removed[0]}"
+        story = c.story(*lost)
+    for key in lost:
+        spells = [s[3] for s in story if s[0] == "scheduler" and s[1] == key]
+        done = spells.index("memory") if "memory" in spells else -1
+        assert spells[:done].count("processing") == 2 and done > 0, (key, spells)
     rnd.update(cfg, 2, T0 + timedelta(hours=1))
     rnd.reprioritise(cfg, 2, T0 + timedelta(hours=1))
     rnd.publish(cfg, 2)
