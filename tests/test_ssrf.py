@@ -58,6 +58,7 @@ def crawled(bait_web, canary, tmp_path_factory):
         for i in range(ROUNDS):
             rnd.run_round(cfg, [SEED] if i == 0 else None, client=client)
     time.sleep(0.5)  # a connection accepted at the very end is logged by the canary thread
+    bait_web.flush_log()  # and the simulated web's access log is complete up to now
     return cfg, time.monotonic() - t
 
 
