@@ -551,12 +551,13 @@ class Deployment:
 
     def banner(self) -> str:
         p = self.plan
-        gen = "".join(f"\n  generated {k} (this session only): {v}" for k, v in p.generated.items())
+        gen = (f"\n  secrets compose requires, generated for this session: {', '.join(sorted(p.generated))}"
+               if p.generated else "")
         return (f"\nrecrawl deployment is up (everything on {HOST}):\n"
                 f"  UI / REST:     {p.api_url}   login: {p.admin_user} / {p.admin_password}\n"
                 f"  Crawl API:     {p.api_url}/crawl/docs\n"
                 f"  crawl root:    {p.crawl_env['CRAWL_ROOT']}  (S3 endpoint {p.s3_endpoint}, "
-                f"key {p.crawl_env.get('AWS_ACCESS_KEY_ID')})\n"
+                f"key {p.crawl_env.get('AWS_ACCESS_KEY_ID')}, secret {p.crawl_env.get('AWS_SECRET_ACCESS_KEY')})\n"
                 f"  Dask:          {p.dask_address}  (dashboard http://{HOST}:{p.ports.dask_dashboard})\n"
                 f"  PostgreSQL:    {HOST}:{p.ports.postgres} db {p.pg_db} user {p.pg_user}\n"
                 f"  logs:          {self.logs}{gen}\n"
