@@ -25,6 +25,7 @@ from browser import (  # noqa: F401 - fixtures are found by name
     poll,
     run_state,
 )
+from playwright.sync_api import expect
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 
@@ -60,6 +61,19 @@ def trigger_through_the_form(page: Any, server: AirflowServer, shots: Artifacts,
     shots.shot(page, "trigger-form-defaults")
 
     # Airflow's form names each Param's field element_<param> (the labels are not tied to them).
+    # The declared bounds reach the form (crawl.config.CrawlSettings: 0 <= coverage share <= 1): its
+    # number field clamps a value typed outside them.
+    share = dialog.locator("[name=element_coverage_share]")
+    share.fill("1.5")
+    share.blur()
+    expect(share).to_have_value("1", timeout=20_000)
+    shots.shot(page, "trigger-form-clamped")
+    share.fill("-3")
+    share.blur()
+    expect(share).to_have_value("0", timeout=20_000)
+    share.fill("")
+    share.blur()
+    expect(submit).to_be_enabled(timeout=20_000)
     dialog.locator("[name=element_crawl_id]").fill(CRAWL)
     dialog.locator("[name=element_seeds]").fill("\n".join(seeds))
     assert submit.is_enabled(), "Trigger button disabled after filling crawl id and seeds"
@@ -105,6 +119,7 @@ def test_trigger_a_crawl_from_the_ui(chromium, airflow_ui: AirflowServer, simweb
                    what="the run the form triggered")
         run_id = run["dag_run_id"]
         assert run["conf"]["seeds"] == seeds and run["conf"]["crawl_id"] == CRAWL, run["conf"]
+        assert run["conf"].get("coverage_share") is None, run["conf"]  # cleared: the config's default applies
         assert run["run_type"] == "manual"
         state = poll(lambda: (s := run_state(airflow_ui, token, "recrawl", run_id)) in ("success", "failed") and s,
                      RUN_TIMEOUT_S, what=f"DAG run {run_id}")
