@@ -288,7 +288,6 @@ class _Fetcher:
         self.hosts: dict[str, _Host] = {}  # by origin
         self.slots: dict[str, _Slot] = {}  # by politeness key
         self.pkeys: dict[str, str] = {}  # host -> politeness key given by the frontier (fetch list)
-        self.foreign: dict[str, _Slot] = {}  # keys this task reaches only by a robots.txt redirect
         self.heap: list[tuple[float, int, str]] = []
         self.seq = 0
         self.stats: Counter[str] = Counter()
@@ -690,21 +689,12 @@ class _Fetcher:
         s.last_start = self.mono()
         s.next_at = s.last_start + s.delay + (_GAP_MARGIN_S if s.delay > 0 else 0.0)
 
-    def _slot_of_url(self, url: str) -> _Slot | None:
-        """The politeness slot a request to ``url`` counts against (None: the URL model refuses it).
-
-        A key this task does not own gets a slot of its own here (``self.foreign``), so repeated
-        robots.txt redirects from this task to one host keep that host's gap too.
-        """
+    def _key_of_url(self, url: str) -> str | None:
+        """The politeness key a request to ``url`` counts against (None: the URL model refuses it)."""
         try:
-            host = U.host_of(url)
+            return self.key_of_host(U.host_of(url))
         except U.InvalidURL:
             return None
-        key = self.key_of_host(host)
-        s = self.slots.get(key) or self.foreign.get(key)
-        if s is None:
-            s = self.foreign[key] = _Slot(key=key, delay=self.cfg.politeness_delay_s)
-        return s
 
     async def _acquire(self, s: _Slot) -> bool:
         """Take a start on another key's slot: wait for its gap and a free in-flight place (the
@@ -733,12 +723,26 @@ class _Fetcher:
         url = job.url
         status: int | None = None
         body: bytes | None = None
+        robots_key: str | None = None  # the key of the host that answered, when it is not h's
         for hop in range(ROBOTS_MAX_REDIRECTS + 1):
             other: _Slot | None = None  # the slot of another politeness key a hop goes to
             if hop:  # a redirect hop is a request too: obey the gap of the host it goes to
-                target = self._slot_of_url(url)
-                if target is None or target is h.slot:
+                key = self._key_of_url(url)
+                robots_key = key if key != h.slot.key else None
+                target = self.slots.get(key) if robots_key else None
+                if robots_key is None:
                     await self._gap(h)
+                elif target is None:
+                    # another task may be fetching that host now: do not ask it from here. The
+                    # cache row names the key, so the frontier puts this host in that key's queue
+                    # from the next round on, where the redirect is followed at that host's pace.
+                    self.stats["robots_redirect_other_partition"] += 1
+                    self.rows.append(_row(_Job(url, U.url_hash(url), 0), h.host, self.wall(), R.DEFERRED,
+                                          error="robots_other_partition", subset=SUBSET_ROBOTS))
+                    self.robots_rows.append({"origin": h.origin, "host": h.host, "fetched_at": self.wall(),
+                                             "status": None, "body": None, "robots_key": robots_key})
+                    self.settle_host(h, R.DEFERRED, "robots_other_partition")
+                    return
                 elif await self._acquire(target):
                     other = target
                     self.stats["robots_redirect_other_key"] += 1
@@ -786,7 +790,7 @@ class _Fetcher:
         h.policy = policy_from_response(status, body, cfg.robots_max_bytes, cfg.robots_agent)
         if not h.policy.defer_host:  # an unavailable robots.txt (5xx, 429, unreachable) is not cached
             self.robots_rows.append({"origin": h.origin, "host": h.host, "fetched_at": self.wall(),
-                                     "status": status, "body": body})
+                                     "status": status, "body": body, "robots_key": robots_key})
         self.apply_policy(h)
         if cfg.sitemaps and not h.closed:
             self._queue_sitemaps(h, h.policy.sitemaps or [h.origin + "/sitemap.xml"])

@@ -100,6 +100,31 @@ def select(cfg: CrawlConfig, candidates: pa.Table, now: datetime, host_delays: p
     return con.sql(sql, params=params).to_arrow_table()
 
 
+def co_locate(selected: pa.Table, robots_keys: dict[str, str]) -> pa.Table:
+    """Queue a host whose robots.txt is answered by another key's host under that key.
+
+    A robots.txt redirect (``http://a.example/robots.txt`` -> ``http://b.example/robots.txt``) is a
+    request to b's server; only the task that owns b's queue can make it at b's pace. So the host's
+    ``pkey`` becomes b's key (followed through chains, at most 5 steps): same partition, same queue.
+    """
+    if not robots_keys or selected.num_rows == 0 or "pkey" not in selected.column_names:
+        return selected
+
+    def final(key: str) -> str:
+        for _ in range(5):
+            nxt = robots_keys.get(key)
+            if nxt is None or nxt == key:
+                break
+            key = nxt
+        return key
+
+    enc = pc.dictionary_encode(selected.column("host").combine_chunks())
+    mapped = pa.array([final(h) if h in robots_keys else None for h in enc.dictionary.to_pylist()],
+                      pa.string()).take(enc.indices)
+    pkey = pc.coalesce(mapped, selected.column("pkey"))
+    return selected.set_column(selected.schema.get_field_index("pkey"), "pkey", pkey)
+
+
 def split(cfg: CrawlConfig, selected: pa.Table) -> list[pa.Table]:
     """Cut the selection into ``cfg.partitions`` fetch lists, whole hosts per partition."""
     keys = selected.column("pkey") if "pkey" in selected.column_names else selected.column("host")

@@ -33,6 +33,9 @@ ROBOTS_CACHE_SCHEMA = pa.schema([
     ("fetched_at", TS),
     ("status", pa.int32()),
     ("body", pa.binary()),
+    # politeness key of the host whose server answered, when a redirect led to another key's host:
+    # the frontier then queues this host under that key (one task owns both), see round.generate
+    ("robots_key", pa.string()),
 ])
 
 # Fetch status values written by fetch.py (and carried into the CrawlDb by update).

@@ -25,7 +25,7 @@ from crawl.errors import SeedError
 from crawl.lease import FETCH_PHASE, Lease, held
 from crawl.progress import steps_of
 from crawl.store import Store
-from crawl.tasks import fetch_task, host_crawl_delays, parse_task
+from crawl.tasks import fetch_task, host_crawl_delays, parse_task, robots_keys
 from crawl.url import InvalidURL, canonicalize, filter_reason, host_of, parse_url, url_hash
 
 SEED_PRIORITY = 1_000.0
@@ -154,6 +154,7 @@ def _generate(cfg: CrawlConfig, now: datetime | None) -> dict[str, Any]:
     candidates = pa.concat_tables(cands)
     selected = frontier.select(cfg, candidates, now,
                                host_crawl_delays(store, n - 1, cfg.user_agent, cfg.robots_max_bytes))
+    selected = frontier.co_locate(selected, robots_keys(store, n - 1))
     parts = frontier.split(cfg, selected)
     paths = []
     for k, t in enumerate(parts):

@@ -57,7 +57,10 @@ def load_robots_cache(store: Store, version: int) -> pa.Table | None:
     if version <= 0 or not store.exists(store.robots_file(version)):
         return None
     t = store.read_table(store.robots_file(version))
-    return t.select(ROBOTS_CACHE_SCHEMA.names).cast(ROBOTS_CACHE_SCHEMA) if "origin" in t.column_names else None
+    if "origin" not in t.column_names:
+        return None
+    return pa.table([t.column(f.name).cast(f.type) if f.name in t.column_names else pa.nulls(t.num_rows, f.type)
+                     for f in ROBOTS_CACHE_SCHEMA], schema=ROBOTS_CACHE_SCHEMA)
 
 
 def host_crawl_delays(store: Store, version: int, user_agent: str, robots_max_bytes: int) -> pa.Table | None:
@@ -78,6 +81,20 @@ def host_crawl_delays(store: Store, version: int, user_agent: str, robots_max_by
                 worst[host] = max(worst.get(host, 0.0), float(d))
     return pa.table({"host": pa.array(list(worst), pa.string()),
                      "delay_s": pa.array(list(worst.values()), pa.float64())})
+
+
+def robots_keys(store: Store, version: int) -> dict[str, str]:
+    """host -> politeness key of the host that answers its robots.txt, for hosts whose robots.txt
+    redirects to another key's host (``robots_key`` in the robots cache of ``version``); generate
+    queues such a host under that key (:func:`crawl.frontier.co_locate`)."""
+    cache = load_robots_cache(store, version)
+    if cache is None or cache.num_rows == 0:
+        return {}
+    rows = cache.filter(pc.is_valid(cache.column("robots_key"))).sort_by([("origin", "ascending")])
+    out: dict[str, str] = {}
+    for host, key in zip(rows.column("host").to_pylist(), rows.column("robots_key").to_pylist(), strict=True):
+        out.setdefault(host, key)
+    return out
 
 
 def may_continue(store: Store, token: int | None) -> Callable[[], bool]:

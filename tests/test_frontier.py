@@ -81,3 +81,14 @@ def test_partitions_hold_whole_hosts_and_are_stable():
             assert owner.setdefault(h, k) == k
     again = frontier.split(cfg, frontier.select(cfg, db, NOW))
     assert [p.column("url").to_pylist() for p in parts] == [p.column("url").to_pylist() for p in again]
+
+
+def test_co_locate_moves_a_host_to_its_robots_servers_key() -> None:
+    from crawl.frontier import co_locate, partition_of
+
+    t = pa.table({"host": ["a.test", "b.test", "c.test", "d.test"], "pkey": ["a.test", "b.test", "c.test", "d.test"]})
+    out = co_locate(t, {"a.test": "b.test", "c.test": "a.test"})  # c -> a -> b: followed to the end
+    assert out.column("pkey").to_pylist() == ["b.test", "b.test", "b.test", "d.test"]
+    parts = partition_of(out.column("pkey"), 8)
+    assert parts[0] == parts[1] == parts[2]
+    assert co_locate(t, {}).equals(t)

@@ -100,3 +100,37 @@ def test_robots_redirect_to_another_host_keeps_its_gap(crawled, web):
     assert len(robots) >= HOPS  # the hops reached it (on top of its own robots.txt)
     # the server saw them at the host's pace (the full check is in the politeness report above)
     assert min(b - a for a, b in zip(robots, robots[1:], strict=False)) >= DELAY
+
+
+def test_robots_redirect_to_a_host_of_another_partition_is_left_to_its_owner(crawled, web, tmp_path):
+    """A fetch task whose fetch list lacks the redirect target's key does not ask that host (another
+    task may be fetching it): the host is deferred and the cache row names the key, which the
+    frontier then uses to queue the host with its robots.txt server (frontier.co_locate)."""
+    import time
+    from datetime import UTC, datetime
+
+    import pyarrow as pa
+
+    from crawl import url as U
+    from crawl.fetch import fetch_partition
+    from crawl.records import FETCHLIST_SCHEMA
+
+    good = web.model.good_hosts()[0].name
+    urls = ["http://robots-hop-0.sim.test/", "http://robots-hop-0.sim.test/x"]
+    n = len(urls)
+    fl = pa.table({"url": urls, "url_hash": pa.array([U.url_hash(u) for u in urls], pa.uint64()),
+                   "host": [U.host_of(u) for u in urls], "depth": pa.array([0] * n, pa.int32()),
+                   "priority": [1.0] * n, "etag": pa.array([None] * n, pa.string()),
+                   "last_modified": pa.array([None] * n, pa.string()),
+                   "prev_digest": pa.array([None] * n, pa.string()), "pkey": [U.politeness_key(u) for u in urls]},
+                  schema=FETCHLIST_SCHEMA)
+    cfg, _ = crawled
+    since = time.time()
+    out = fetch_partition(cfg.replace(root=str(tmp_path)), fl, root=str(tmp_path), warc_prefix="x/p0",
+                          now=datetime.now(UTC))
+    time.sleep(1.2)
+    seen = [(r["host"], r["path"]) for r in read_log(web.access_log).to_pylist() if r["start"] >= since]
+    assert seen == [("robots-hop-0.sim.test", "/robots.txt")], seen  # the target was not asked
+    rows = {r["url"]: r for r in out.fetches.to_pylist()}
+    assert all(rows[u]["status"] == "deferred" for u in urls)
+    assert out.robots_rows.to_pylist()[0]["robots_key"] == good
