@@ -170,3 +170,46 @@ def test_unresolvable_host_is_dns_error_and_cached() -> None:
         await res.close()
 
     asyncio.run(main())
+
+
+def test_tls_certificates_are_verified_unless_configured_off(tmp_path) -> None:
+    """A self-signed server on loopback: refused by default (the server never sees a request),
+    fetched with ``verify_tls=False``."""
+    import ssl
+    import subprocess
+
+    key, cert = tmp_path / "k.pem", tmp_path / "c.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out",
+                    str(cert), "-days", "1", "-subj", "/CN=tls.sim.test"], check=True, capture_output=True)
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ctx.load_cert_chain(cert, key)
+
+    async def main() -> None:
+        hits: list[str] = []
+
+        async def handler(request: web.Request) -> web.Response:
+            hits.append(request.path)
+            return web.Response(text="secret")
+
+        app = web.Application()
+        app.router.add_get("/{tail:.*}", handler)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=ctx)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        rules = [f"tls.sim.test=127.0.0.1:{port}"]
+        try:
+            async with aiohttp.ClientSession(connector=guarded_connector(GuardedResolver(rules))) as s:
+                with pytest.raises(aiohttp.ClientConnectorCertificateError):
+                    await s.get("https://tls.sim.test/verified", timeout=aiohttp.ClientTimeout(total=5))
+            assert hits == []
+            conn = guarded_connector(GuardedResolver(rules), verify_tls=False)
+            async with aiohttp.ClientSession(connector=conn) as s:
+                async with s.get("https://tls.sim.test/unverified", timeout=aiohttp.ClientTimeout(total=5)) as r:
+                    assert await r.text() == "secret"
+            assert hits == ["/unverified"]
+        finally:
+            await runner.cleanup()
+
+    asyncio.run(main())
