@@ -275,6 +275,9 @@ def test_hostile_limits(simweb, tmp_path: Path) -> None:
     assert "r1/p0-crawldiagnostics.warc.gz" in check_warc(out, tmp_path)
     log = log_for(sw, {"hostile-001.sim.test", target_host}, since)
     assert not [r for r in log if r["host"] == target_host], "cross-host redirect target was fetched"
+    # ... read from a complete log: the host's requests are exactly the attempts the task recorded
+    assert Counter((r["host"], r["path"]) for r in log) == \
+        Counter(_target(r["url"]) for r in _sent(out) if U.host_of(r["url"]) in ("hostile-001.sim.test", target_host))
     rep = report_for(sw, {"hostile-001.sim.test"})["hostile-001.sim.test"]
     assert rep["max_in_flight"] == 1 and rep["min_gap_s"] >= 0.05
 
@@ -477,7 +480,9 @@ def test_sitemaps_follow_the_schedule_and_match_the_truth(simweb, tmp_path: Path
     since = time.time()
     out3 = run(cfg.replace(sitemaps=False), host_urls(sw, "docs-001.sim.test", 1), tmp_path, "r1/p2")
     assert out3.sitemap_rows.num_rows == 0 and out3.stats.get("sitemap_requests", 0) == 0
-    assert not [r for r in log_for(sw, {"docs-001.sim.test"}, since) if "sitemap" in r["path"]]
+    log3 = log_for(sw, {"docs-001.sim.test"}, since)
+    assert not [r for r in log3 if "sitemap" in r["path"]]
+    assert Counter((r["host"], r["path"]) for r in log3) == Counter(_target(r["url"]) for r in _sent(out3))
 
 
 # --- politeness per key ------------------------------------------------------------------------------
