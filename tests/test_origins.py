@@ -7,8 +7,9 @@ server's robots.txt, and a host whose robots.txt answers 429. The server normali
 logs, so a crawler that keys politeness on the spelling shows up as overlapping requests or short
 gaps on one server; ``authority`` (the Host header as sent) shows which origins asked robots.txt.
 
-One fetch partition: a robots.txt redirect to another host is kept to that host's gap by the task
-that owns the host's queue; a task cannot see another task's queue (see the fetch docstring).
+Two fetch partitions, three rounds: a robots.txt redirect to another host is followed by the task
+that owns that host's queue, at its pace; a task that does not own it defers the host once, and the
+next round's frontier queues the host under the target's key (frontier.co_locate).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from crawl.simweb.origins import HOPS, OTHER_PORT
 from tests.conftest import start_simweb
 
 DELAY = 0.25
-ROUNDS = 2
+ROUNDS = 3
 SEED = "http://spellings.sim.test/"
 UA = "RecrawlBot%"
 
@@ -44,8 +45,8 @@ def crawled(web, tmp_path_factory):
     cfg = load_config(overrides={
         "root": str(tmp_path_factory.mktemp("crawl")), "crawl_id": "origins",
         "resolve": [web.resolve_rule, f"::1=[::1]:{web.port}"], "politeness_delay_s": DELAY,
-        "max_pages": 400, "partitions": 1, "url_shards": 1, "round_duration_s": 30.0,
-        "connect_timeout_s": 1.0, "read_timeout_s": 2.0, "total_timeout_s": 4.0, "dask_workers": 1,
+        "max_pages": 400, "partitions": 2, "url_shards": 1, "round_duration_s": 30.0,
+        "connect_timeout_s": 1.0, "read_timeout_s": 2.0, "total_timeout_s": 4.0, "dask_workers": 2,
         "max_crawl_delay_s": 5.0, "sitemaps": False}, use_env=False)
     t = time.monotonic()
     with dask_client(cfg) as client:
@@ -98,6 +99,9 @@ def test_robots_redirect_to_another_host_keeps_its_gap(crawled, web):
     assert len(hops) == HOPS
     robots = sorted(r["start"] for r in log if r["host"] == good and r["path"] == "/robots.txt")
     assert len(robots) >= HOPS  # the hops reached it (on top of its own robots.txt)
+    # every hop host was crawled in the end: in its first round by the task owning the target's queue,
+    # or one round later, moved into that queue
+    assert {r["host"] for r in log if r["host"].startswith("robots-hop-") and r["path"] == "/"} == hops
     # the server saw them at the host's pace (the full check is in the politeness report above)
     assert min(b - a for a, b in zip(robots, robots[1:], strict=False)) >= DELAY
 
