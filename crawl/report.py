@@ -231,6 +231,7 @@ def round_series(view: CrawlView) -> list[dict[str, Any]]:
             "politeness_wait_s": round(sum(float(p.get("politeness_wait_s", 0.0) or 0.0) for p in parts), 3),
             "stale_share": stale.get(r, {}).get("stale_share"),
             "dag_run": view.step(r, "airflow") or None,
+            "dask_dashboard": fp.get("dask_dashboard") or None,  # live only while that round's cluster ran
         })
         out.append(rec)
     return out

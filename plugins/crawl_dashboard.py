@@ -126,7 +126,7 @@ def hosts_page(crawl_id: str, request: Request,
 
 @router.get("/crawls/{crawl_id}/queue", response_class=HTMLResponse)
 def queue_page(crawl_id: str, request: Request,
-               limit: Annotated[int, Query(ge=1, le=5000)] = 100) -> HTMLResponse:
+               limit: Annotated[int, Query(ge=1, le=5000)] = 50) -> HTMLResponse:
     from crawl import report
 
     n = _crawl_or_404(request, crawl_id)

@@ -25,6 +25,7 @@ from browser import (  # noqa: F401 - fixtures are found by name
     poll,
     run_state,
 )
+from browser_dashboard import check_dashboard
 from playwright.sync_api import expect
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
@@ -80,26 +81,6 @@ def trigger_through_the_form(page: Any, server: AirflowServer, shots: Artifacts,
     shots.shot(page, "trigger-form-filled")
     submit.click()
     dialog.wait_for(state="detached")
-
-
-def check_dashboard(page: Any, server: AirflowServer, shots: Artifacts, crawl_root: Path, crawl_id: str,
-                    run_id: str) -> None:
-    """DASHBOARD CHECKS GO HERE (issue 9 part 2; the `dashboard` helper fills this in).
-
-    Open the crawl dashboard from the UI's navigation, check its charts are present and that its
-    numbers equal DuckDB's over ``crawl_root`` for ``crawl_id``, and ``shots.shot(page, ...)`` each page.
-    Until then: the Browse → Crawls view lists the crawl with DuckDB's count of known URLs.
-    """
-    import duckdb
-
-    crawldb = sorted((crawl_root / "state" / f"crawl={crawl_id}" / "crawldb").iterdir())[-1]
-    known = duckdb.sql(f"SELECT count(*) FROM read_parquet('{crawldb}/*.parquet')").fetchall()[0][0]
-    page.goto(server.url + "/crawl/summary")
-    row = page.locator("tr", has=page.locator("td", has_text=crawl_id))
-    row.wait_for()
-    cells = row.locator("td").all_inner_texts()
-    assert cells[0] == crawl_id and int(cells[1]) == known, (cells, known)
-    shots.shot(page, "crawls-summary")
 
 
 def test_trigger_a_crawl_from_the_ui(chromium, airflow_ui: AirflowServer, simweb,  # noqa: F811

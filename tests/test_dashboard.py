@@ -186,7 +186,7 @@ def test_queue_page_counts_what_is_due_by_the_next_round(server, token: str, roo
     doc = _doc(server, token, f"/crawl/dashboard/crawls/{CRAWL}/queue")
     assert _num(doc.css_first('[data-k="due_new"] .v')) == due.get(True, 0)
     assert _num(doc.css_first('[data-k="due_refetch"] .v')) == due.get(False, 0)
-    assert len(doc.css("table#queue-new tbody tr")) == min(100, due.get(True, 0))
+    assert len(doc.css("table#queue-new tbody tr")) == min(50, due.get(True, 0))
 
 
 def test_page_lookup_shows_the_history_and_downloads_the_stored_bodies(server, token: str, root: Path,
