@@ -24,6 +24,7 @@ from crawl.url.columns import (
     _SLASH,
     _as_string_array,
     _buffers,
+    _classify,
     _count_in,
     _first_in,
     _last_in,
@@ -31,6 +32,7 @@ from crawl.url.columns import (
     _u32_at,
     _view_array,
 )
+from crawl.url.parse import InvalidURL, parse_url
 
 TOO_LONG = "too_long"
 TOO_DEEP = "too_deep"
@@ -55,28 +57,6 @@ def is_too_long(url: str, max_length: int) -> bool:
 def is_too_deep(depth: int, max_depth: int) -> bool:
     """Depth counts link hops from a seed (seeds are 0)."""
     return depth > max_depth
-
-
-def _split_url(url: str) -> tuple[str, str, str]:
-    """(host, path, query) of an absolute URL by plain string slicing (filters run on canonical URLs)."""
-    rest = url.split("://", 1)[1] if "://" in url else url
-    rest = rest.split("#", 1)[0]
-    slash = rest.find("/")
-    qmark = rest.find("?")
-    if slash < 0 or (0 <= qmark < slash):
-        hostport = rest[:qmark] if qmark >= 0 else rest
-        path = "/"
-        query = rest[qmark + 1:] if qmark >= 0 else ""
-    else:
-        hostport = rest[:slash]
-        path_q = rest[slash:]
-        path, _, query = path_q.partition("?")
-    host = hostport.rsplit("@", 1)[-1]
-    if host.startswith("["):
-        host = host[:host.find("]") + 1]
-    else:
-        host = host.split(":", 1)[0]
-    return host.lower(), path, query
 
 
 def _segments(path: str) -> list[str]:
@@ -118,14 +98,21 @@ def is_out_of_scope(host: str, allowed_hosts: str) -> bool:
 
 
 def filter_reason(url: str, depth: int, cfg: CrawlConfig) -> str | None:
-    """Why ``url`` (canonical, at link ``depth``) must not be crawled, or None if it may."""
+    """Why ``url`` (canonical, at link ``depth``) must not be crawled, or None if it may.
+
+    Host, path and query are the URL model's (:func:`crawl.url.parse.parse_url`); a URL the model
+    refuses is ``bad_scheme`` (not an absolute http(s) URL the crawler can use)."""
     if is_bad_scheme(url):
+        return BAD_SCHEME
+    try:
+        u = parse_url(url)
+    except InvalidURL:
         return BAD_SCHEME
     if is_too_long(url, cfg.max_url_length):
         return TOO_LONG
     if is_too_deep(depth, cfg.max_depth):
         return TOO_DEEP
-    host, path, query = _split_url(url)
+    host, path, query = u.host, u.path, u.query
     if has_too_many_segments(path, cfg.max_path_segments):
         return TOO_MANY_SEGMENTS
     if has_repeated_segments(path, cfg.max_path_repeats):
@@ -138,7 +125,7 @@ def filter_reason(url: str, depth: int, cfg: CrawlConfig) -> str | None:
 
 
 class _UrlParts(NamedTuple):
-    """Byte ranges of :func:`_split_url`'s pieces for every row of a column (``lo``/``hi`` pairs)."""
+    """Byte ranges of the host, path and query for every row of a column (``lo``/``hi`` pairs)."""
 
     host_lo: np.ndarray
     host_hi: np.ndarray
@@ -150,8 +137,9 @@ class _UrlParts(NamedTuple):
 
 def _split_url_bytes(off: np.ndarray, d: np.ndarray, rest: np.ndarray,
                      need_host: bool) -> tuple[_UrlParts, np.ndarray]:
-    """What :func:`_split_url` computes, as byte ranges, and the positions of every '/' in ``d`` from
-    ``rest`` on; ``rest`` is where the part after "://" starts in each row."""
+    """Host, path and query of simple URLs (the URL model's, see :func:`_filter_block`) as byte
+    ranges, and the positions of every '/' in ``d`` from ``rest`` on; ``rest`` is where the part after
+    "://" starts in each row."""
     stop = off[1:]
     # the '/' of "://" would be a third of all: blank them in a copy before scanning
     d_sl = d.copy()
@@ -231,8 +219,8 @@ def filter_reasons(urls: pa.Array | pa.ChunkedArray, depths: np.ndarray, cfg: Cr
     """:func:`filter_reason` for many URLs -> string array (null = keep; a null URL is ``bad_scheme``).
 
     Every check runs over the whole column: the URL is split into host/path/query byte ranges with
-    NumPy (the same answers as :func:`_split_url`), segments and parameters are counted from byte
-    positions, repeated segments are found by sorting (row, segment-hash) keys and confirming the
+    NumPy (the URL model's fields for the simple class, :func:`filter_reason` per row otherwise),
+    segments and parameters are counted from byte positions, repeated segments are found by sorting (row, segment-hash) keys and confirming the
     candidates with dictionary codes, the scope regex runs on the host column. With many repeated URLs
     (links to the same pages from many pages) the URL checks run once per distinct URL and only the
     depth check per row.
@@ -346,4 +334,10 @@ def _filter_block(arr: pa.Array, depths: np.ndarray, cfg: CrawlConfig) -> np.nda
             mask[non_ascii] = True
             low = pc.replace_with_mask(low, pa.array(mask), pa.array(fixed, pa.string()))
         mark(~hosts_allowed(low, cfg.allowed_hosts), OUT_OF_SCOPE)
+    # the byte split above is the URL model's answer only for the simple class (no userinfo, dot
+    # segments, IP or IDNA host...); every other row takes filter_reason, so both always agree
+    rest = np.flatnonzero(~_classify(arr)[0] & arr.is_valid().to_numpy(zero_copy_only=False))
+    for i, u in zip(rest.tolist(), arr.take(pa.array(rest, pa.int64())).to_pylist(), strict=True):
+        why = filter_reason(u, int(depths[i]), cfg)
+        code[i] = -1 if why is None else _CODE[why]
     return code
