@@ -35,6 +35,8 @@ from crawl.url import (  # noqa: E402
     filter_reason,
     filter_reasons,
     parse_url,
+    resolve,
+    resolve_many,
     surt,
     surts,
     url_columns,
@@ -52,7 +54,7 @@ PARAMS = ["id", "page", "q", "sort", "lang", "ref", "p", "cat", "s", "offset"]
 TRACKING = ["utm_source", "utm_medium", "utm_campaign", "gclid", "fbclid", "sid"]
 
 
-def make_links(n: int, seed: int = 1) -> list[str]:
+def make_links(n: int, seed: int = 1, pairs: list[tuple[str, str]] | None = None) -> list[str]:
     """``n`` discovered links as the parse step hands them over: hrefs of a page resolved against it
     (parse resolves each distinct href of a page once, so nav links repeat), plus 5 % raw absolute URLs
     that never went through resolution (sitemaps, seeds, redirects) with mixed-case hosts, default
@@ -101,6 +103,8 @@ def make_links(n: int, seed: int = 1) -> list[str]:
         resolved: dict[str, str | None] = {}
         for _ in range(rng.randint(20, 120)):
             h = rng.choice(nav) if rng.random() < 0.4 else href(host)
+            if pairs is not None:
+                pairs.append((h, page))
             if rng.random() < 0.05:  # raw, unresolved
                 r = rng.random()
                 raw = f"{rng.choice(['https', 'http'])}://{host.upper() if r < 0.5 else host}"
@@ -136,7 +140,10 @@ def main() -> None:
     args = ap.parse_args()
     cfg = CrawlConfig(allowed_hosts=r"\.(com|org|de|uk)$")
     t0 = time.perf_counter()
-    links = make_links(args.n)
+    pairs: list[tuple[str, str]] = []
+    links = make_links(args.n, pairs=pairs)
+    hrefs = pa.array([h for h, _ in pairs[:args.n]], pa.string())
+    bases = pa.array([b for _, b in pairs[:args.n]], pa.string())
     arr = pa.array(links, pa.string())
     depths = np.random.default_rng(2).integers(0, cfg.max_depth + 3, size=args.n)
     sample = links[: args.scalar_sample]
@@ -151,6 +158,7 @@ def main() -> None:
     ok = canon.filter(pa.compute.is_valid(canon))
     t_surt = best_of(lambda: surts(ok), args.repeat)
     t_cols = best_of(lambda: url_columns(arr), args.repeat)
+    t_res = best_of(lambda: resolve_many(hrefs, bases), args.repeat)
 
     def scalar_canon() -> list[str | None]:
         cache: dict[str, str | None] = {}  # the old canonicalize_many cached repeats too
@@ -171,6 +179,15 @@ def main() -> None:
         return [cache[u] if u in cache else cache.setdefault(u, parse_url(u)) for u in sample]
 
     s_cols = best_of(scalar_cols, 1)
+    pair_sample = pairs[: args.scalar_sample]
+
+    def scalar_resolve() -> list[str | None]:
+        cache: dict[tuple[str, str], str | None] = {}  # resolve_many's own fallback caches pairs too
+        return [cache[p] if p in cache else cache.setdefault(p, resolve(*p)) for p in pair_sample]
+
+    s_res = best_of(scalar_resolve, 1)
+    res_scale = len(hrefs) / len(pair_sample)
+    s_res = (s_res[0] * res_scale, s_res[1] * res_scale)
     s_canon, s_filter, s_hash, s_surt, s_cols = ((w * scale, c * scale)
                                                  for w, c in (s_canon, s_filter, s_hash, s_surt, s_cols))
 
@@ -180,6 +197,7 @@ def main() -> None:
                  tuple(sum(r[2][i] for r in rows) for i in (0, 1))))
     rows.append(("surts", t_surt, s_surt))
     rows.append(("url_columns", t_cols, s_cols))
+    rows.append(("resolve_many", t_res, s_res))
     print(f"{'step':<19}{'wall s':>8}{'cpu s':>8}{'URLs/s (cpu)':>14}{'scalar cpu s':>14}{'URLs/s':>11}"
           f"{'ratio cpu':>11}{'ratio wall':>11}")
     for name, (vw, vc), (sw, sc) in rows:

@@ -6,7 +6,7 @@ Layout (one job per module):
   :func:`origin_of`) and WHATWG resolution (:func:`resolve`);
 * :mod:`crawl.url.canon` -- our canonicalisation policy (:func:`canonicalize`, :func:`canonicalize_many`);
 * :mod:`crawl.url.filters` -- trap and scope rules (:func:`filter_reason`, :func:`filter_reasons`);
-* :mod:`crawl.url.surt` -- SURT keys, registered domain, politeness keys;
+* :mod:`crawl.url.surt` -- SURT keys, registered domain, TLD, politeness keys;
 * :mod:`crawl.url.hashing` -- xxh3 URL hashes (:func:`url_hash`, :func:`url_hashes`);
 * :mod:`crawl.url.columns` -- Arrow/NumPy byte-position kernels behind the column forms, and
   :func:`url_columns` (the URL model's fields as columns);

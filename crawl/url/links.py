@@ -1,4 +1,6 @@
-"""Link resolution for a whole partition at once (:func:`resolve_many`), equal to :func:`crawl.url.parse.resolve` per row."""
+"""Link resolution for a whole partition at once (:func:`resolve_many`), equal to
+:func:`crawl.url.parse.resolve` per row: the common href shapes are joined as Arrow columns, every
+other distinct (href, base) pair goes through Ada once."""
 
 from __future__ import annotations
 

@@ -8,7 +8,8 @@ Parsing is Ada's (the WHATWG URL parser of Node.js) through the ``ada-url`` pack
 level: one parse, then the serialised URL and the offsets of its components, sliced here. Why not a
 hand-written parser: WHATWG host parsing (IPv4 in decimal/octal/hex/short forms, IPv6 compression,
 IDNA/UTS #46, percent-decoding of hosts) is exactly where a crawler's SSRF guard and politeness keys
-went wrong before. ``bench/urlparse_bench.py`` chose ada-url over can-ada (see its docstring).
+went wrong before. ada-url was chosen over can-ada by ``bench/urlparse_bench.py``: can-ada parses ~4x
+faster but takes no base URL, so it cannot resolve links (figures in bench/RESULTS.md).
 
 On top of the WHATWG answer, our one normalisation: a trailing dot of the host is removed
 (``HOST.`` and ``host`` are one server for politeness and the guard). :func:`resolve` keeps the

@@ -1,4 +1,7 @@
-"""Grouping keys of a URL: SURT (Common Crawl ``url_surtkey``), registered domain, politeness key."""
+"""Grouping keys of a URL: SURT (Common Crawl ``url_surtkey``), registered domain, TLD, politeness key.
+
+All of them start from the URL model's host (:func:`crawl.url.parse.parse_url`), so one server has one
+key whatever the spelling of its URL (userinfo, case, trailing dot, default port, IPv4 form)."""
 
 from __future__ import annotations
 
