@@ -469,18 +469,12 @@ def _adversarial_pairs(n: int, seed: int) -> tuple[list[str | None], list[str | 
 
 
 def test_resolve_many_equals_resolve_on_adversarial_pairs() -> None:
-    import pyarrow.compute as pc
-
-    from crawl.url.links import _RES_ABS, _RES_DIR, _RES_NET, _RES_ROOT, _RES_UP, resolve, resolve_many
+    from crawl.url.links import resolve, resolve_many
 
     hrefs, bases = _adversarial_pairs(8000, 21)
     want = [None if h is None else resolve(h, b) for h, b in zip(hrefs, bases, strict=True)]
     assert resolve_many(hrefs, bases).to_pylist() == want
-    # both paths carry a real share, or the comparison means little
     arr = pa.array(hrefs, pa.string())
-    column = sum(pc.match_substring_regex(arr, p).fill_null(False).to_numpy(zero_copy_only=False)
-                 for p in (_RES_ABS, _RES_NET, _RES_ROOT, _RES_DIR, _RES_UP)) > 0
-    assert 0.2 < column.mean() < 0.8, column.mean()
     assert sum(w is not None for w in want) > 3000
     # small inputs take the scalar loop; Arrow and chunked input; a length mismatch is an error
     assert resolve_many(hrefs[:50], bases[:50]).to_pylist() == want[:50]
@@ -492,24 +486,6 @@ def test_resolve_many_equals_resolve_on_adversarial_pairs() -> None:
 
     with pytest.raises(ValueError):
         resolve_many(["a"], [])
-
-
-def test_resolve_many_realistic_links_take_the_column_path() -> None:
-    import random
-
-    import pyarrow.compute as pc
-
-    from crawl.url.links import _RES_ABS, _RES_DIR, _RES_NET, _RES_ROOT, _RES_UP, resolve, resolve_many
-
-    rng = random.Random(5)
-    hrefs = [rng.choice(["/a/b", "c.html", "d/e?x=1#f", "https://o.test/p?q", "http://Ex.TEST/", "/", "../up",
-                         "?page=2", "//cdn.test/x.js"]) + str(rng.randint(0, 30)) for _ in range(4000)]
-    bases = [f"http://site{rng.randint(0, 40)}.test/dir/page{rng.randint(0, 5)}.html" for _ in hrefs]
-    assert resolve_many(hrefs, bases).to_pylist() == [resolve(h, b) for h, b in zip(hrefs, bases, strict=True)]
-    arr = pa.array(hrefs)
-    column = sum(pc.match_substring_regex(arr, p).to_numpy(zero_copy_only=False)
-                 for p in (_RES_ABS, _RES_NET, _RES_ROOT, _RES_DIR, _RES_UP)) > 0
-    assert column.mean() > 0.7
 
 
 def _scalar_links(url: str, raw, max_outlinks: int) -> tuple[list[tuple[str, str, bool]], str | None]:
