@@ -9,8 +9,9 @@ time the queue may next start a request. The key is ``cfg.politeness_key``: the 
 registered domain, or its IP address (resolved once per host at the start of the task). For host and
 domain the fetcher takes the key the frontier partitioned by (the fetch list's ``pkey``), so a key's
 hosts are all in one task and ``user@HOST:80``, ``host`` and ``HOST.`` are one queue (the URL model
-gives them one host); for ip the frontier cannot resolve and partitions by host, so ip keys only join
-the hosts that share a task. Gap, in-flight limit and 429/503 backoff are per key; robots.txt, error
+gives them one host); for ip the frontier resolves each host once (through the same guarded resolver,
+:func:`crawl.net.politeness_ips`) and partitions by address, so hosts sharing an address share one
+queue in one task across the whole round. Gap, in-flight limit and 429/503 backoff are per key; robots.txt, error
 counts and URL queues are per origin (scheme + host + port, RFC 9309 §2.3), taken round-robin within a
 key. A robots.txt redirect to another key waits for that key's gap and in-flight place when the key
 belongs to this task (or is reached only through such redirects); a task cannot see another task's
@@ -40,7 +41,6 @@ from __future__ import annotations
 import asyncio
 import email.utils
 import heapq
-import ipaddress
 import queue
 import random
 import threading
@@ -62,7 +62,14 @@ from crawl import url as U
 from crawl.config import CrawlConfig
 from crawl.errors import FetchStopped
 from crawl.fingerprint import payload_digest
-from crawl.net import GuardedResolver, PrivateAddressError, classify_error, guarded_connector
+from crawl.net import (
+    GuardedResolver,
+    PrivateAddressError,
+    classify_error,
+    guarded_connector,
+    is_ip_key,
+    politeness_ips,
+)
 from crawl.robots import RobotsPolicy, policy_from_response
 from crawl.warc import RecordRef, WarcFile
 
@@ -375,34 +382,16 @@ class _Fetcher:
         return key
 
     async def _politeness_keys(self) -> dict[str, str]:
-        """host -> politeness key. ``ip`` resolves each host once (override rules need no lookup);
-        a host that does not resolve keeps its own key (its requests fail as ``dns`` anyway)."""
+        """host -> politeness key. ``ip``: the address the frontier resolved (the fetch list's pkey);
+        a host without one (an older fetch list, or one the frontier could not resolve) is resolved
+        here by the same rule (:func:`crawl.net.politeness_ips`)."""
         hosts = {h.host for h in self.hosts.values()}
         if self.cfg.politeness_key != "ip":
             return {name: self.key_of_host(name) for name in hosts}
-        keys: dict[str, str] = {}
-        sem = asyncio.Semaphore(32)
-
-        async def one(name: str) -> None:
-            bare = name.strip("[]")
-            rule = self.resolver.map.lookup(bare)
-            if rule is not None:
-                keys[name] = rule.ip
-                return
-            try:
-                ipaddress.ip_address(bare)
-                keys[name] = bare
-                return
-            except ValueError:
-                pass
-            try:
-                async with sem, asyncio.timeout(self.cfg.connect_timeout_s):
-                    res = await self.resolver.resolve(bare, 80)
-                keys[name] = res[0]["host"] if res else name
-            except Exception:  # noqa: BLE001 - unresolved: polite on its own, fails later as dns
-                keys[name] = name
-
-        await asyncio.gather(*(one(n) for n in hosts))
+        keys = {n: self.pkeys[n] for n in hosts if n in self.pkeys and is_ip_key(self.pkeys[n])}
+        todo = [n for n in hosts if n not in keys]
+        if todo:
+            keys.update(await politeness_ips(self.resolver, todo, self.cfg.connect_timeout_s))
         self.pkeys.update(keys)
         return keys
 

@@ -7,7 +7,9 @@ Selection runs in DuckDB over the Arrow CrawlDb (no Python loop per URL):
 3. a ``coverage_share`` of the budget is reserved for never-fetched URLs (discovery never starves),
    the rest goes to re-fetches by priority; whatever one pool leaves unused flows to the other;
 4. partitions are assigned by a stable hash of the politeness key, so a host is never split and its
-   politeness is owned by exactly one task.
+   politeness is owned by exactly one task. With ``politeness_key=ip`` the key is the host's address,
+   resolved here once per host and round (:func:`with_ip_keys`), so hosts sharing an address share one
+   queue in one task.
 """
 
 from __future__ import annotations
@@ -123,6 +125,32 @@ def co_locate(selected: pa.Table, robots_keys: dict[str, str]) -> pa.Table:
                       pa.string()).take(enc.indices)
     pkey = pc.coalesce(mapped, selected.column("pkey"))
     return selected.set_column(selected.schema.get_field_index("pkey"), "pkey", pkey)
+
+
+def with_ip_keys(cfg: CrawlConfig, selected: pa.Table) -> tuple[pa.Table, dict[str, int]]:
+    """``selected`` with each ``pkey`` replaced by its host's IP address (``politeness_key=ip``).
+
+    Keys, not hosts, are resolved, so a host :func:`co_locate` queued under another host (its
+    robots.txt answers there) follows that host to its address. Each distinct key is resolved once,
+    through the fetcher's guarded resolver (resolve rules first, then DNS behind the private-address
+    guard: a refused or unresolvable name stays the key, polite on its own). Returns the table and
+    counts (hosts, addresses, unresolved).
+    """
+    from crawl.net import is_ip_key, resolve_politeness_ips
+
+    if selected.num_rows == 0:
+        return selected, {"hosts": 0, "addresses": 0, "unresolved": 0}
+    col = "pkey" if "pkey" in selected.column_names else "host"
+    enc = pc.dictionary_encode(pc.fill_null(selected.column(col).combine_chunks(), ""))
+    names = enc.dictionary.to_pylist()
+    ips = resolve_politeness_ips([k for k in names if k], cfg.resolve, cfg.allow_private_networks,
+                                 cfg.connect_timeout_s)
+    keys = pa.array([ips.get(k, k) or None for k in names], pa.string()).take(enc.indices)
+    i = selected.schema.get_field_index("pkey")
+    table = selected.set_column(i, "pkey", keys) if i >= 0 else selected.append_column("pkey", keys)
+    hosts = pc.count_distinct(selected.column("host")).as_py()
+    unresolved = sum(1 for k in names if k and ips.get(k, k) == k and not is_ip_key(k))
+    return table, {"hosts": hosts, "addresses": len({v for v in ips.values()}), "unresolved": unresolved}
 
 
 def split(cfg: CrawlConfig, selected: pa.Table) -> list[pa.Table]:

@@ -374,6 +374,60 @@ class GuardedResolver(AbstractResolver):
             await self._inner.close()
 
 
+def is_ip_key(key: str) -> bool:
+    """Is a politeness key an IP address (what :func:`politeness_ips` gives a resolved host)?"""
+    try:
+        ipaddress.ip_address(key.strip("[]"))
+    except ValueError:
+        return False
+    return True
+
+
+async def politeness_ips(resolver: GuardedResolver, hosts: Iterable[str], timeout_s: float,
+                         concurrency: int = 32) -> dict[str, str]:
+    """host -> the IP address politeness is keyed on with ``politeness_key=ip``: a resolve rule's
+    target, an IP-literal host itself, else the first address the guarded lookup leaves. A host that
+    does not resolve, or only to refused addresses, keeps its own name: polite on its own, and its
+    requests fail later with the reason. Each host is looked up once (and the resolver caches)."""
+    keys: dict[str, str] = {}
+    sem = asyncio.Semaphore(concurrency)
+
+    async def one(name: str) -> None:
+        bare = name.strip("[]")
+        rule = resolver.map.lookup(bare)
+        if rule is not None:
+            keys[name] = rule.ip
+            return
+        try:
+            keys[name] = str(ipaddress.ip_address(bare))
+            return
+        except ValueError:
+            pass
+        try:
+            async with sem, asyncio.timeout(timeout_s):
+                res = await resolver.resolve(bare, 80)
+            keys[name] = res[0]["host"] if res else name
+        except Exception:  # noqa: BLE001 - unresolved or refused: its own key
+            keys[name] = name
+
+    await asyncio.gather(*(one(n) for n in dict.fromkeys(hosts)))
+    return keys
+
+
+def resolve_politeness_ips(hosts: Iterable[str], rules: Iterable[str], allow_private_networks: bool,
+                           timeout_s: float) -> dict[str, str]:
+    """:func:`politeness_ips` from synchronous code (the frontier's generate step)."""
+
+    async def run() -> dict[str, str]:
+        resolver = GuardedResolver(rules, allow_private_networks=allow_private_networks)
+        try:
+            return await politeness_ips(resolver, hosts, timeout_s)
+        finally:
+            await resolver.close()
+
+    return asyncio.run(run())
+
+
 def classify_error(exc: BaseException) -> str:
     """Map an exception from a request to the short ``error`` code written in fetch rows.
 

@@ -155,6 +155,9 @@ def _generate(cfg: CrawlConfig, now: datetime | None) -> dict[str, Any]:
     selected = frontier.select(cfg, candidates, now,
                                host_crawl_delays(store, n - 1, cfg.user_agent, cfg.robots_max_bytes))
     selected = frontier.co_locate(selected, robots_keys(store, n - 1))
+    ip_stats = None
+    if cfg.politeness_key == "ip":  # hosts sharing an address: one key, one queue, one task
+        selected, ip_stats = frontier.with_ip_keys(cfg, selected)
     parts = frontier.split(cfg, selected)
     paths = []
     for k, t in enumerate(parts):
@@ -167,6 +170,8 @@ def _generate(cfg: CrawlConfig, now: datetime | None) -> dict[str, Any]:
         "hosts": len(set(selected.column("host").to_pylist())) if selected.num_rows else 0,
         "partitions": paths, "candidates": candidates.num_rows,
     }
+    if ip_stats is not None:
+        stats["ip_keys"] = ip_stats
     store.write_json(stats_rel, stats)
     return stats
 

@@ -50,7 +50,7 @@ def read_log(path: str | os.PathLike[str]) -> pa.Table:
     p = Path(path)
     if not p.exists() or p.stat().st_size == 0:
         return pa.table({"host": pa.array([], pa.string()), "authority": pa.array([], pa.string()),
-                         "path": pa.array([], pa.string()),
+                         "path": pa.array([], pa.string()), "addr": pa.array([], pa.string()),
                          "start": pa.array([], pa.float64()), "end": pa.array([], pa.float64()),
                          "status": pa.array([], pa.int64()), "bytes": pa.array([], pa.int64()),
                          "in_flight": pa.array([], pa.int64()), "method": pa.array([], pa.string()),
@@ -59,7 +59,7 @@ def read_log(path: str | os.PathLike[str]) -> pa.Table:
     try:
         return con.sql(
             "SELECT * FROM read_json(?, format='newline_delimited', columns={host:'VARCHAR', "
-            "authority:'VARCHAR', path:'VARCHAR', start:'DOUBLE', \"end\":'DOUBLE', status:'BIGINT', bytes:'BIGINT', "
+            "authority:'VARCHAR', path:'VARCHAR', addr:'VARCHAR', start:'DOUBLE', \"end\":'DOUBLE', status:'BIGINT', bytes:'BIGINT', "
             "in_flight:'BIGINT', method:'VARCHAR', user_agent:'VARCHAR'})", params=[str(p)]
         ).to_arrow_table()
     finally:

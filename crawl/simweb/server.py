@@ -121,8 +121,9 @@ class SimServer:
                 body = getattr(resp, "body", None) if resp is not None and request.method != "HEAD" else None
                 nbytes = len(body) if isinstance(body, (bytes, bytearray)) else 0
             self.by_status[status] = self.by_status.get(status, 0) + 1
+            sock = request.transport.get_extra_info("sockname") if request.transport is not None else None
             self.log.write({"host": host, "authority": authority, "path": request.raw_path,
-                            "start": start, "end": time.time(),
+                            "addr": sock[0] if sock else None, "start": start, "end": time.time(),
                             "status": status, "bytes": nbytes, "in_flight": n, "method": request.method,
                             "user_agent": request.headers.get("User-Agent", "")})
 
