@@ -13,9 +13,16 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-from collections.abc import Callable, Iterator, Mapping
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from concurrent.futures import CancelledError
+from typing import Any
 
 from crawl.config import ConfigError, CrawlConfig
+from crawl.errors import ClusterError
+
+#: Seconds to reach an external scheduler before the round fails naming its address.
+CONNECT_TIMEOUT_S = 30.0
 
 # Operator allowlist of scheduler addresses a run (trigger form, POST /crawl/crawls) may choose, besides
 # the deployment's CRAWL_DASK_ADDRESS; comma or space separated. Set on the deployment, never by a run.
@@ -60,7 +67,16 @@ def dask_client(cfg: CrawlConfig, announce: Callable[[str], None] | None = None)
     from distributed import Client, LocalCluster
 
     if cfg.dask_address:
-        client = Client(cfg.dask_address, timeout="30s")
+        try:
+            client = Client(cfg.dask_address, timeout=f"{CONNECT_TIMEOUT_S}s")
+        except (OSError, TimeoutError) as exc:
+            raise ClusterError(f"cannot reach the Dask scheduler at {cfg.dask_address} within "
+                               f"{CONNECT_TIMEOUT_S:g} s: {exc}") from exc
+        try:
+            wait_for_workers(client, cfg)
+        except BaseException:
+            client.close()
+            raise
         _announce(client, cfg, announce)
         try:
             yield client
@@ -88,6 +104,85 @@ def dask_client(cfg: CrawlConfig, announce: Callable[[str], None] | None = None)
     finally:
         client.close()
         cluster.close()
+
+
+def scheduler_address(client: Any) -> str:
+    with contextlib.suppress(Exception):
+        return str(client.scheduler.address)
+    return "?"
+
+
+def wait_for_workers(client: Any, cfg: CrawlConfig) -> None:
+    """Fail fast, naming the scheduler, when no worker is there within ``dask_wait_for_workers_s``.
+
+    Without this a round submitted to a scheduler with no workers waits forever without a word.
+    """
+    try:
+        client.wait_for_workers(1, timeout=cfg.dask_wait_for_workers_s)
+    except TimeoutError:
+        raise ClusterError(
+            f"no Dask worker joined the scheduler at {scheduler_address(client)} within "
+            f"{cfg.dask_wait_for_workers_s:g} s (dask_wait_for_workers_s); start workers with "
+            f"`dask worker {scheduler_address(client)}` or use another dask_address") from None
+
+
+def _n_workers(client: Any) -> int:
+    try:
+        return len(client.scheduler_info(n_workers=-1)["workers"])
+    except TypeError:  # older distributed: no n_workers argument
+        return len(client.scheduler_info()["workers"])
+
+
+def wait_all(client: Any, futures: Iterable[Any], cfg: CrawlConfig, what: str,
+             on_done: Callable[[Any], None] | None = None, stall_s: float | None = None) -> None:
+    """Wait for every future, calling ``on_done(future)`` as each finishes; never hang silently.
+
+    Raises :class:`ClusterError` naming the scheduler when the scheduler is lost, when it has had no
+    worker for ``dask_wait_for_workers_s``, or when nothing finished for ``stall_s`` (default: the
+    round duration plus five minutes, longer than any fetch task may run).
+    """
+    from distributed import wait as dask_wait
+
+    addr = scheduler_address(client)
+    stall_s = cfg.round_duration_s + 300.0 if stall_s is None else stall_s
+    pending = set(futures)
+    last_progress = time.monotonic()
+    no_workers_since: float | None = None
+    while pending:
+        try:
+            done, pending = dask_wait(pending, timeout=1.0, return_when="FIRST_COMPLETED")
+        except TimeoutError:
+            done = set()
+        except (OSError, CancelledError) as exc:
+            raise ClusterError(f"{what}: lost the Dask scheduler at {addr}: {exc!r}") from exc
+        for fut in done:
+            try:
+                if on_done is not None:
+                    on_done(fut)
+                else:
+                    fut.result()
+            except CancelledError as exc:
+                raise ClusterError(f"{what}: task {fut.key} was cancelled (Dask scheduler at {addr} lost?): "
+                                   f"{exc!r}") from exc
+        now = time.monotonic()
+        if done:
+            last_progress, no_workers_since = now, None
+            continue
+        try:
+            workers = _n_workers(client)
+        except (OSError, CancelledError) as exc:
+            raise ClusterError(f"{what}: lost the Dask scheduler at {addr}: {exc!r}") from exc
+        if workers:
+            no_workers_since = None
+        elif no_workers_since is None:
+            no_workers_since = now
+        elif now - no_workers_since > cfg.dask_wait_for_workers_s:
+            raise ClusterError(f"{what}: the Dask scheduler at {addr} has had no worker for "
+                               f"{cfg.dask_wait_for_workers_s:g} s (dask_wait_for_workers_s); "
+                               f"{len(pending)} task(s) still waiting")
+        if now - last_progress > stall_s:
+            raise ClusterError(f"{what}: no task finished for {stall_s:g} s on the Dask scheduler at {addr}; "
+                               f"{len(pending)} task(s) still waiting")
 
 
 def dashboard_url(client: object, cfg: CrawlConfig) -> str:

@@ -3,7 +3,9 @@
 Column names and meanings follow Common Crawl's columnar URL index so its DuckDB/Athena/Spark
 recipes run unchanged on our output; ours are appended after them. Files are written per fetch
 partition at deterministic paths (``index/crawl=ID/subset=SUB/round=N-part=K.parquet``), so a rerun of
-the round overwrites them, and DuckDB reads the tree with ``hive_partitioning``.
+the round overwrites them, and DuckDB reads the tree with ``hive_partitioning``. They are written under
+the round's staging folder (:meth:`crawl.store.Store.staged`) and appear at those paths when the
+round is published.
 """
 
 from __future__ import annotations
@@ -200,18 +202,18 @@ def write_outputs(cfg: CrawlConfig, store: Store, round_no: int, fetch_parts: li
         sel = idx.filter(pc.equal(idx.column("part"), part))
         for subset in ("warc", "crawldiagnostics", "robotstxt", "sitemap"):
             rows = sel.filter(pc.equal(sel.column("subset"), subset)).select(INDEX_SCHEMA.names)
-            rel = store.index_file(subset, round_no, part)
+            rel = store.staged(round_no, store.index_file(subset, round_no, part))
             if rows.num_rows:
                 store.write_table(rel, rows)
             else:
                 store.remove(rel)  # a rerun with fewer rows must not leave a stale file behind
         tp = text.filter(pc.equal(text.column("part"), part)).select(TEXT_SCHEMA.names)
-        store.write_table(store.text_file(round_no, part), tp.cast(TEXT_SCHEMA))
+        store.write_table(store.staged(round_no, store.text_file(round_no, part)), tp.cast(TEXT_SCHEMA))
         ip = images.filter(pc.equal(images.column("part"), part)).select(IMAGES_SCHEMA.names)
-        store.write_table(store.images_file(round_no, part), ip.cast(IMAGES_SCHEMA))
+        store.write_table(store.staged(round_no, store.images_file(round_no, part)), ip.cast(IMAGES_SCHEMA))
         lp = link_graph.filter(pc.equal(link_graph.column("part"), part)) if link_graph.num_rows else link_graph
         lt = pa.table({
             "from_hash": lp.column("from_hash"), "to_hash": lp.column("to_hash"), "to_url": lp.column("to_url"),
             "kind": lp.column("kind"), "round": pa.array(np.full(lp.num_rows, round_no, np.int32)),
         })
-        store.write_table(store.links_file(round_no, part), lt.cast(LINKS_SCHEMA))
+        store.write_table(store.staged(round_no, store.links_file(round_no, part)), lt.cast(LINKS_SCHEMA))

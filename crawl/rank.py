@@ -20,10 +20,10 @@ def link_edges(store: Store, round_no: int) -> tuple[np.ndarray, np.ndarray]:
     """(from_hash, to_hash) pairs from the link files of rounds 1..round_no (repeats included)."""
     froms, tos = [], []
     base = f"links/crawl={store.crawl_id}"
-    for rdir in store.ls(base):
-        r = int(rdir.rsplit("round=", 1)[1])
-        if r > round_no:
-            continue
+    dirs = [d for d in store.ls(base) if int(d.rsplit("round=", 1)[1]) <= round_no]
+    # round_no itself is computed before its publish: its links are still staged (crawl.store)
+    dirs.append(store.staged(round_no, f"{base}/round={round_no:05d}"))
+    for rdir in dirs:
         for rel in store.ls(rdir):
             if rel.endswith(".parquet"):
                 t = store.read_table(rel).select(["from_hash", "to_hash"])

@@ -139,6 +139,7 @@ def _generate(cfg: CrawlConfig, now: datetime | None) -> dict[str, Any]:
     now = _utc(now)
     store = _store(cfg)
     n = next_round(cfg)
+    store.finish_publish(n - 1)  # the last round's publish may have been cut off mid-move
     stats_rel = store.round_dir(n, "generate.json")
     done = store.read_json(stats_rel)
     if done is not None:
@@ -187,6 +188,7 @@ def fetch_parse(cfg: CrawlConfig, round_no: int, now: datetime | None = None,
     """
     with held(cfg, lease, phase=FETCH_PHASE) as lz:
         lz.wait_quiet(progress)
+        _store(cfg).clean_temp()  # a dead attempt's writers have stopped: its temp files are litter
         return _fetch_parse(cfg, round_no, now, progress, client, lz.token)
 
 
@@ -241,7 +243,7 @@ def _check_parsers(cfg: CrawlConfig) -> None:
 
 def _run_parts(client: Any, cfg: CrawlConfig, round_no: int, parts: list[int], now: datetime,
                progress: Progress | None, token: int | None = None) -> list[dict[str, Any]]:
-    from distributed import as_completed
+    from crawl.cluster import wait_all
 
     futures = {}
     for k in parts:
@@ -250,16 +252,19 @@ def _run_parts(client: Any, cfg: CrawlConfig, round_no: int, parts: list[int], n
         p = client.submit(parse_task, cfg, round_no, k, f, key=f"parse-{cfg.crawl_id}-{round_no}-{k}",
                           retries=2, pure=False)
         futures[p] = (k, f)
-    out = []
-    for i, fut in enumerate(as_completed(list(futures)), 1):
+    out: list[dict[str, Any]] = []
+
+    def done(fut: Any) -> None:
         k, ffut = futures[fut]
         parse_stats = fut.result()
         fetch_stats = ffut.result()
         out.append({"part": k, "fetch": fetch_stats, "parse": parse_stats})
         if progress:
-            progress(f"  partition {k:03d} done ({i}/{len(futures)}): "
+            progress(f"  partition {k:03d} done ({len(out)}/{len(futures)}): "
                      f"{fetch_stats.get('requests', 0)} fetched, {parse_stats.get('pages', 0)} parsed")
         steps_of(progress).advance(int(fetch_stats.get("requests", 0) or 0))
+
+    wait_all(client, list(futures), cfg, f"round {round_no} fetch/parse", done)
     return sorted(out, key=lambda r: r["part"])
 
 
@@ -315,6 +320,7 @@ def publish(cfg: CrawlConfig, round_no: int, lease: Lease | None = None) -> dict
 def _publish(cfg: CrawlConfig, round_no: int, lease: Lease) -> dict[str, Any]:
     store = _store(cfg)
     if store.current_round() == round_no:
+        store.finish_publish(round_no)  # a publish interrupted mid-move: roll it forward
         return store.read_json(store.round_dir(round_no, "manifest.json"))
     if store.current_round() != round_no - 1:
         raise RuntimeError(f"cannot publish round {round_no}: published round is {store.current_round()}")

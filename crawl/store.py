@@ -18,10 +18,26 @@ Layout under the root (a local folder or any fsspec URL such as ``s3://bucket/pr
     state/crawl=ID/digests/v=NNNNN.parquet                    first capture of each payload digest
     state/crawl=ID/robots/v=NNNNN.parquet                     robots.txt cache (TTL)
     state/crawl=ID/rounds/NNNNN/...                           per-round working files + manifest.json
+    state/crawl=ID/rounds/NNNNN/staged/<any path above>       a round's outputs until it is published
+
+Published means visible, unpublished means invisible -- to any reader, not only ``crawl query``. A
+round writes its index, text, links, images and WARC files under its ``staged/`` folder, at the same
+relative paths they will have (the page index records the *final* WARC path). :meth:`Store.publish`
+writes the manifest, flips ``CURRENT.json`` (the commit), then moves every staged file to its final
+path (:meth:`Store.finish_publish`; a rename on local disk, copy + delete on object stores). A crash
+in the move leaves a committed round whose remaining files are still staged: the move is a
+roll-forward, finished by a rerun of publish or by the next round's first step, and never undone. So
+``read_parquet('index/**/*.parquet')`` never sees a round before its commit; it may, only between a
+crash mid-move and the roll-forward, see part of a committed one.
+
+Temp files of dead attempts (``*.tmp-<uuid>`` from :func:`atomic_write`, ``.<name>.*.tmp`` from WARC
+writers) are removed by :meth:`Store.clean_temp`, which the fetch step calls under the crawl's lease
+once a dead attempt's writers are known to have stopped.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import uuid
@@ -159,15 +175,81 @@ class Store:
         return int(self.read_json(self.state("CURRENT.json"), {"round": 0})["round"])
 
     def publish(self, round_no: int, summary: dict[str, Any]) -> None:
-        """Write the round manifest, then flip CURRENT -- the single atomic commit of a round."""
+        """Write the round manifest, flip CURRENT -- the single atomic commit of a round -- then move
+        the round's staged outputs to their final paths."""
         self.write_json(self.round_dir(round_no, "manifest.json"), summary)
         self.write_json(self.state("CURRENT.json"), {"round": round_no})
+        self.finish_publish(round_no)
+
+    # ---- staging: a round's outputs stay invisible until its publish ------------------------------
+    def staged(self, round_no: int, rel: str) -> str:
+        """Where ``rel`` (a final output path of round ``round_no``) is written before publish."""
+        return self.round_dir(round_no, "staged", rel)
+
+    def unstaged(self, round_no: int, rel: str) -> str:
+        """The final path of a staged path (``rel`` itself when it is not staged)."""
+        prefix = self.round_dir(round_no, "staged") + "/"
+        return rel[len(prefix):] if rel.startswith(prefix) else rel
+
+    def finish_publish(self, round_no: int) -> int:
+        """Move round ``round_no``'s staged files to their final paths; returns how many were moved.
+
+        Only for a committed round (``CURRENT`` >= ``round_no``); safe to run any number of times and
+        after a crash mid-move (a file is either still staged or already moved).
+        """
+        if round_no <= 0 or self.current_round() < round_no:
+            return 0
+        staged = self.abs(self.round_dir(round_no, "staged"))
+        fs = self.fs
+        if not fs.exists(staged):
+            return 0
+        local = fs.__class__.__name__ == "LocalFileSystem"
+        moved = 0
+        for src in sorted(fs.find(staged)):
+            name = src.rsplit("/", 1)[-1]
+            if _is_temp(name):
+                fs.rm(src)
+                continue
+            rel = src[len(staged.rstrip("/")) + 1:] if src.startswith(staged) else src.split("/staged/", 1)[1]
+            dst = self.abs(rel)
+            if local:
+                os.makedirs(os.path.dirname(dst), exist_ok=True)
+                os.replace(src, dst)
+            else:
+                fs.makedirs(dst.rsplit("/", 1)[0], exist_ok=True)
+                fs.mv(src, dst)
+            moved += 1
+        with contextlib.suppress(Exception):
+            fs.rm(staged, recursive=True)
+        return moved
+
+    def clean_temp(self) -> int:
+        """Remove temp files that killed or failed attempts left anywhere under this crawl."""
+        fs = self.fs
+        removed = 0
+        for top in (f"index/crawl={self.crawl_id}", f"text/crawl={self.crawl_id}", f"links/crawl={self.crawl_id}",
+                    f"images/crawl={self.crawl_id}", f"warc/crawl={self.crawl_id}", self.state()):
+            path = self.abs(top)
+            if not fs.exists(path):
+                continue
+            lease_dir = self.abs(self.state("lease"))
+            for f in fs.find(path):
+                if _is_temp(f.rsplit("/", 1)[-1]) and not f.startswith(lease_dir):  # lease: live writers
+                    with contextlib.suppress(FileNotFoundError):
+                        fs.rm(f)
+                        removed += 1
+        return removed
 
     def is_done(self, round_no: int, step: str, part: int) -> bool:
         return self.exists(self.part_file(round_no, step, part, "done"))
 
     def mark_done(self, round_no: int, step: str, part: int, info: dict[str, Any] | None = None) -> None:
         self.write_json(self.part_file(round_no, step, part, "done"), info or {})
+
+
+def _is_temp(name: str) -> bool:
+    """A temp file of :func:`atomic_write` (``X.tmp-<hex>``) or of a WARC writer (``.X.<rand>.tmp``)."""
+    return ".tmp-" in name or (name.startswith(".") and name.endswith(".tmp"))
 
 
 def join_url(root: str, rel: str) -> str:

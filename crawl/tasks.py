@@ -146,13 +146,19 @@ def fetch_task(cfg: CrawlConfig, round_no: int, part: int, now: datetime, token:
         cfg,
         fetchlist,
         root=cfg.root,
-        warc_prefix=store.warc_prefix(round_no, part),
+        warc_prefix=store.staged(round_no, store.warc_prefix(round_no, part)),  # moved there by publish
         now=now,
         known_digests=load_known_digests(store, round_no - 1),
         robots_cache=load_robots_cache(store, round_no - 1),
         should_continue=go_on,
     )
-    store.write_table(store.part_file(round_no, "fetched", part), out.fetches.cast(FETCH_SCHEMA))
+    # the rows name each WARC file by the path it will have once the round is published
+    staging = store.staged(round_no, "")
+    fetches = out.fetches.set_column(
+        out.fetches.schema.get_field_index("warc_filename"), "warc_filename",
+        pc.replace_substring(out.fetches.column("warc_filename"), staging, "", max_replacements=1))
+    out.stats["warc_files"] = {k: store.unstaged(round_no, v) for k, v in out.stats.get("warc_files", {}).items()}
+    store.write_table(store.part_file(round_no, "fetched", part), fetches.cast(FETCH_SCHEMA))
     robots_rows = out.robots_rows
     if robots_rows is None or robots_rows.num_rows == 0:
         robots_rows = ROBOTS_CACHE_SCHEMA.empty_table()
@@ -198,6 +204,10 @@ def parse_task(cfg: CrawlConfig, round_no: int, part: int, fetch_stats: dict[str
     # pages and their diagnostics (redirect rows give redirect links); robots.txt and sitemap files
     # are fetched with status 'fetched' too, but they are not documents
     documents = fetched.filter(pc.invert(pc.is_in(fetched.column("subset"), pa.array(CONTROL_SUBSETS))))
+    # before publish the WARC files are still in the round's staging folder
+    documents = documents.set_column(
+        documents.schema.get_field_index("warc_filename"), "warc_filename",
+        pc.binary_join_element_wise(store.staged(round_no, ""), documents.column("warc_filename"), ""))
     with media_limits(MediaLimits.from_config(cfg)):
         pages, links = parse_partition(cfg.root, documents, cfg.max_outlinks_per_page)
     store.write_table(store.part_file(round_no, "pages", part), pages.cast(PAGE_SCHEMA))

@@ -107,7 +107,10 @@ def update(cfg: CrawlConfig, round_no: int, now: datetime, client: Any = None) -
     if client is not None:
         futures = client.map(merge_shard, [cfg] * len(shards), [round_no] * len(shards), shards,
                              key=[f"update-{cfg.crawl_id}-{round_no}-{s}" for s in shards], pure=False)
-        shard_stats = client.gather(futures)
+        from crawl.cluster import wait_all
+
+        wait_all(client, futures, cfg, f"round {round_no} update")  # fails naming the scheduler, never hangs
+        shard_stats = [f.result() for f in futures]
     else:
         with ThreadPoolExecutor(max_workers=2) as pool:
             shard_stats = list(pool.map(lambda s: merge_shard(cfg, round_no, s), shards))

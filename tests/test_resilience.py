@@ -20,6 +20,7 @@ import pytest
 from crawl import crawldb, lease
 from crawl import round as rnd
 from crawl.config import load_config
+from crawl.simweb.accesslog import read_log
 from crawl.store import Store
 
 # normal hosts only: their answers do not depend on timing, so two crawls can be compared exactly
@@ -81,38 +82,56 @@ def test_killed_round_reruns_to_the_same_published_state(simweb, tmp_path):
     assert _state(cfg) == _state(ref)
 
 
-@pytest.fixture
-def dask_cluster(tmp_path):
-    """A real ``dask scheduler`` + two ``dask worker`` processes (no nanny: a killed worker stays dead)."""
-    sched_file = tmp_path / "scheduler.json"
-    env = {**os.environ, "DASK_DISTRIBUTED__WORKER__DAEMON": "False"}
-    bindir = Path(sys.executable).parent
-    procs = [subprocess.Popen([str(bindir / "dask"), "scheduler", "--host", "127.0.0.1", "--port", "0",
-                               "--no-dashboard", "--scheduler-file", str(sched_file)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)]
+DASK_ENV = {**os.environ, "DASK_DISTRIBUTED__WORKER__DAEMON": "False"}
+BINDIR = Path(sys.executable).parent
+
+
+def start_scheduler(workdir: Path) -> tuple[str, subprocess.Popen]:
+    """A real ``dask scheduler`` on a free loopback port; returns (address, process)."""
+    sched_file = workdir / f"scheduler-{time.monotonic_ns()}.json"
+    proc = subprocess.Popen([str(BINDIR / "dask"), "scheduler", "--host", "127.0.0.1", "--port", "0",
+                             "--no-dashboard", "--scheduler-file", str(sched_file)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=DASK_ENV)
     deadline = time.monotonic() + 60
     while not sched_file.exists() and time.monotonic() < deadline:
         time.sleep(0.1)
-    address = json.loads(sched_file.read_text())["address"]
-    for i in range(2):
-        procs.append(subprocess.Popen([str(bindir / "dask"), "worker", address, "--nthreads", "1", "--no-nanny",
-                                       "--no-dashboard", "--host", "127.0.0.1", "--name", f"w{i}"],
-                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env))
+    return json.loads(sched_file.read_text())["address"], proc
+
+
+def start_workers(address: str, n: int, prefix: str = "w") -> list[subprocess.Popen]:
+    """``n`` real ``dask worker`` processes without nanny (a killed worker stays dead)."""
+    procs = [subprocess.Popen([str(BINDIR / "dask"), "worker", address, "--nthreads", "1", "--no-nanny",
+                               "--no-dashboard", "--host", "127.0.0.1", "--name", f"{prefix}{i}"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=DASK_ENV)
+              for i in range(n)]
     from distributed import Client
 
     with Client(address, timeout="30s") as c:
-        c.wait_for_workers(2, timeout=60)
+        c.wait_for_workers(n, timeout=60)
+    return procs
+
+
+def stop(procs: list[subprocess.Popen]) -> None:
+    for p in procs:
+        if p.poll() is None:
+            p.terminate()
+    for p in procs:
+        try:
+            p.wait(15)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait(5)
+
+
+@pytest.fixture
+def dask_cluster(tmp_path):
+    """A real ``dask scheduler`` + two ``dask worker`` processes (no nanny: a killed worker stays dead)."""
+    address, sched = start_scheduler(tmp_path)
+    procs = [sched, *start_workers(address, 2)]
     try:
         yield address, procs
     finally:
-        for p in procs:
-            if p.poll() is None:
-                p.terminate()
-        for p in procs:
-            try:
-                p.wait(15)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        stop(procs)
 
 
 def test_round_on_external_cluster_survives_a_killed_worker(simweb, tmp_path, dask_cluster):
@@ -173,3 +192,83 @@ def test_round_on_external_cluster_survives_a_killed_worker(simweb, tmp_path, da
     touched = db.filter(pc.equal(db.column("round"), 2))
     missing = set(listed.column("url").to_pylist()) - set(touched.column("url").to_pylist())
     assert not missing, sorted(missing)[:5]
+
+
+def test_no_workers_fails_fast_naming_the_scheduler(simweb, tmp_path):
+    address, sched = start_scheduler(tmp_path)
+    try:
+        cfg = _cfg(tmp_path / "nw", simweb, dask_address=address, dask_wait_for_workers_s=3.0)
+        since = time.time()
+        started = time.monotonic()
+        out = subprocess.run(_cli(cfg, "round", "--seeds", *simweb.seed_urls(2), "--now", T0.isoformat()),
+                             capture_output=True, text=True, timeout=120)
+        wall = time.monotonic() - started
+    finally:
+        stop([sched])
+    print(f"\nno workers: exit {out.returncode} after {wall:.1f} s: {out.stderr.strip().splitlines()[-1]}")
+    assert out.returncode == 4, out.stderr[-2000:]
+    assert address in out.stderr and "no Dask worker" in out.stderr and "dask_wait_for_workers_s" in out.stderr
+    store = Store(cfg.root, cfg.crawl_id)
+    time.sleep(1.2)  # the server flushes its access log every second
+    log = read_log(simweb.access_log)
+    sent = pc.sum(pc.and_(pc.greater_equal(log["start"], since),
+                          pc.starts_with(log["user_agent"], "RecrawlBot"))).as_py() or 0
+    assert store.current_round() == 0 and sent == 0
+    assert lease.current(store).released, "a failed round must not keep the crawl locked"
+
+
+def _temp_files(root: Path) -> list[str]:
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*")
+                  if p.is_file() and (".tmp-" in p.name or (p.name.startswith(".") and p.name.endswith(".tmp"))))
+
+
+def _raw_index(root: Path) -> list[tuple]:
+    """What a plain DuckDB user sees: read_parquet over index/**, no view, no CURRENT pointer."""
+    import duckdb
+
+    if not list(root.glob("index/**/*.parquet")):
+        return []
+    return duckdb.sql(f"""SELECT round, count(*) FROM read_parquet('{root}/index/**/*.parquet')
+                          GROUP BY round ORDER BY round""").fetchall()
+
+
+def test_unpublished_round_is_invisible_and_litter_is_cleaned(simweb, tmp_path):
+    from crawl.warc import read_record
+
+    cfg = _cfg(tmp_path / "vis", simweb)
+    root = Path(cfg.root)
+    rnd.run_round(cfg, simweb.seed_urls(4), T0)
+    assert [r for r, _ in _raw_index(root)] == [1]
+    t1 = T0 + timedelta(hours=1)
+    # a round killed just before publish: everything but the commit ran
+    gen = rnd.generate(cfg, t1)
+    rnd.fetch_parse(cfg, 2, t1)
+    rnd.update(cfg, 2, t1)
+    rnd.reprioritise(cfg, 2, t1)
+    staged = list(root.glob("state/crawl=res/rounds/00002/staged/index/**/*.parquet"))
+    assert staged and gen["urls"] > 20
+    assert [r for r, _ in _raw_index(root)] == [1], "an unpublished round must be invisible to raw readers"
+    assert not list(root.glob("warc/crawl=res/round=00002/*")) and not list(root.glob("text/**/round=00002"))
+    # litter of dead attempts: an atomic write and a WARC writer killed mid-file
+    litter = [root / "state/crawl=res/rounds/00002/staged/warc/crawl=res/round=00002/.res-00002-009-warc.warc.gz.x1.tmp",
+              root / "state/crawl=res/crawldb/v=00001/shard=00.parquet.tmp-0123abcd",
+              root / "index/crawl=res/subset=warc/round=00001-part=000.parquet.tmp-4567ef"]
+    for p in litter:
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_bytes(b"half a file")
+    rnd.publish(cfg, 2)
+    rows = dict(_raw_index(root))
+    assert sorted(rows) == [1, 2] and rows[2] > 20
+    assert not list(root.glob("state/crawl=res/rounds/00002/staged"))
+    rnd.run_round(cfg, None, T0 + timedelta(hours=2))  # the next attempt's fetch step cleans the litter
+    assert _temp_files(root) == []
+    # every WARC pointer of the raw index reads back the record of its URL at its final path
+    import duckdb
+
+    ptrs = duckdb.sql(f"""SELECT url, warc_filename, warc_record_offset, warc_record_length
+                          FROM read_parquet('{root}/index/**/*.parquet') WHERE warc_filename IS NOT NULL""").fetchall()
+    assert len(ptrs) > 50
+    for url, fname, off, length in ptrs:
+        assert fname.startswith("warc/crawl=res/round="), fname
+        rec = read_record(cfg.root, fname, off, length)
+        assert rec.url == url and rec.warc_type in ("response", "revisit"), (url, fname, off)
