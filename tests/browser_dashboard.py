@@ -64,6 +64,9 @@ def check_dashboard(page: Any, server: Any, shots: Any, crawl_root: Path, crawl_
     known = _duck(f"SELECT count(*) FROM {files.db}")[0][0]
     assert _int(row.locator('[data-k="known"]').inner_text()) == known
     assert _int(row.locator('[data-k="rounds"]').inner_text()) == n
+    # the report task wrote the round's report file; the list links it
+    assert (crawl_root / "reports" / f"crawl={crawl_id}" / f"round={n:05d}.html").is_file()
+    assert row.locator('[data-k="report"] a').inner_text() == f"round {n}"
     shots.shot(page, "dashboard-in-airflow-nav", full_page=False)
     row.get_by_role("link", name=crawl_id).click()
     frame.locator("#tiles").wait_for()
