@@ -117,7 +117,7 @@ def build_parser() -> argparse.ArgumentParser:
     _common(p)
     p.add_argument("--round", type=int, help="(re)write the report of this published round and print its path")
 
-    p = sub.add_parser("query", help="run a named query (include/sql) or SQL over the views pages, crawldb, links, text")
+    p = sub.add_parser("query", help="run a named query (include/sql) or SQL over the views pages, crawldb, links, text, images")
     _common(p)
     p.add_argument("sql", nargs="?", default="summary")
     p.add_argument("--json", action="store_true")
