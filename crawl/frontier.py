@@ -153,6 +153,36 @@ def with_ip_keys(cfg: CrawlConfig, selected: pa.Table) -> tuple[pa.Table, dict[s
     return table, {"hosts": hosts, "addresses": len({v for v in ips.values()}), "unresolved": unresolved}
 
 
+def cap_keys(cfg: CrawlConfig, selected: pa.Table, host_delays: pa.Table | None = None) -> pa.Table:
+    """Keep at most one round's worth of fetches per politeness key (best priority first).
+
+    :func:`select` caps each host at ``round_duration_s / delay``; when several hosts share a key (an
+    IP address) their one queue runs at the largest of their delays, so the key gets that cap, not
+    the sum of its hosts'. An explicit ``max_pages_per_host_per_round`` stays a per-host cap.
+    """
+    if cfg.max_pages_per_host_per_round > 0 or selected.num_rows == 0 or "pkey" not in selected.column_names:
+        return selected
+    con = duckdb.connect()
+    con.register("sel", selected)
+    if host_delays is not None and host_delays.num_rows:
+        con.register("delays", host_delays.select(["host", "delay_s"]))
+    else:
+        con.register("delays", pa.table({"host": pa.array([], pa.string()), "delay_s": pa.array([], pa.float64())}))
+    per_key = con.sql("""SELECT s.pkey, max(coalesce(d.delay_s, 0)) AS delay_s
+                         FROM (SELECT DISTINCT pkey, host FROM sel) s LEFT JOIN delays d USING (host)
+                         GROUP BY 1""").to_arrow_table()
+    con.register("caps", pa.table({"pkey": per_key.column("pkey"), "cap": pa.array(
+        [host_cap(cfg, d) for d in per_key.column("delay_s").to_pylist()], pa.int64())}))
+    return con.sql("""
+        SELECT * EXCLUDE (key_rank, cap) FROM (
+            SELECT sel.*, row_number() OVER (PARTITION BY sel.pkey ORDER BY priority DESC NULLS LAST, url_hash)
+                   AS key_rank, caps.cap
+            FROM sel JOIN caps USING (pkey)
+        ) WHERE key_rank <= cap
+        ORDER BY host, priority DESC NULLS LAST, url_hash
+    """).to_arrow_table()
+
+
 def split(cfg: CrawlConfig, selected: pa.Table) -> list[pa.Table]:
     """Cut the selection into ``cfg.partitions`` fetch lists, whole hosts per partition."""
     keys = selected.column("pkey") if "pkey" in selected.column_names else selected.column("host")

@@ -153,12 +153,15 @@ def _generate(cfg: CrawlConfig, now: datetime | None) -> dict[str, Any]:
         known = seen.sorted_unique(db.column("url_hash").to_numpy())
         cands.append(inj.filter(pa.array(~seen.confirm(inj.column("url_hash").to_numpy(), known))))
     candidates = pa.concat_tables(cands)
-    selected = frontier.select(cfg, candidates, now,
-                               host_crawl_delays(store, n - 1, cfg.user_agent, cfg.robots_max_bytes))
+    delays = host_crawl_delays(store, n - 1, cfg.user_agent, cfg.robots_max_bytes)
+    selected = frontier.select(cfg, candidates, now, delays)
     selected = frontier.co_locate(selected, robots_keys(store, n - 1))
     ip_stats = None
     if cfg.politeness_key == "ip":  # hosts sharing an address: one key, one queue, one task
         selected, ip_stats = frontier.with_ip_keys(cfg, selected)
+        before = selected.num_rows
+        selected = frontier.cap_keys(cfg, selected, delays)  # one queue: one round's worth per address
+        ip_stats["over_cap"] = before - selected.num_rows
     parts = frontier.split(cfg, selected)
     paths = []
     for k, t in enumerate(parts):

@@ -92,3 +92,28 @@ def test_co_locate_moves_a_host_to_its_robots_servers_key() -> None:
     parts = partition_of(out.column("pkey"), 8)
     assert parts[0] == parts[1] == parts[2]
     assert co_locate(t, {}).equals(t)
+
+
+def test_hosts_sharing_a_key_share_one_cap() -> None:
+    """Three hosts on one address: their one queue runs at the largest delay among them, so the key
+    gets one host's round budget (round_duration_s / delay), best priority first across its hosts."""
+    db = _db(4, 40, fetched_share=0.0, seed=3)
+    ip = {"host-000.sim.test": "10.0.0.1", "host-001.sim.test": "10.0.0.1", "host-002.sim.test": "10.0.0.1",
+          "host-003.sim.test": "10.0.0.2"}
+    db = db.set_column(db.schema.get_field_index("pkey"), "pkey",
+                       pa.array([ip[h] for h in db.column("host").to_pylist()], pa.string()))
+    cfg = load_config(overrides={"max_pages": 1000, "politeness_delay_s": 10.0, "round_duration_s": 300.0,
+                                 "politeness_key": "ip"}, use_env=False)
+    delays = pa.table({"host": ["host-001.sim.test"], "delay_s": [20.0]})
+    sel = frontier.select(cfg, db, NOW, delays)
+    per_key = dict(zip(*np.unique(sel.column("pkey").to_pylist(), return_counts=True), strict=True))
+    assert per_key["10.0.0.1"] == 30 + 15 + 30  # select caps hosts only: the sum of three hosts
+    capped = frontier.cap_keys(cfg, sel, delays)
+    per_key = dict(zip(*np.unique(capped.column("pkey").to_pylist(), return_counts=True), strict=True))
+    assert per_key == {"10.0.0.1": 15, "10.0.0.2": 30}  # 300 s / the key's largest delay (20 s)
+    shared = sel.filter(pa.compute.equal(sel.column("pkey"), "10.0.0.1")).sort_by([("priority", "descending")])
+    got = capped.filter(pa.compute.equal(capped.column("pkey"), "10.0.0.1"))
+    assert set(got.column("url").to_pylist()) == set(shared.column("url").to_pylist()[:15])
+    assert capped.column_names == sel.column_names
+    fixed = cfg.replace(max_pages_per_host_per_round=7)  # an explicit per-host cap stays per host
+    assert frontier.cap_keys(fixed, sel, delays).num_rows == sel.num_rows

@@ -41,7 +41,7 @@ def test_hosts_sharing_an_address_share_one_queue(make_simweb, tmp_path) -> None
     }, use_env=False)
     rnd.inject(cfg, seeds)
     gen = rnd.generate(cfg)
-    assert gen["ip_keys"] == {"hosts": 6, "addresses": 2, "unresolved": 0}
+    assert gen["ip_keys"] == {"hosts": 6, "addresses": 2, "unresolved": 0, "over_cap": 0}
     store = Store(cfg.root, cfg.crawl_id)
     lists = [store.read_table(p, FETCHLIST_SCHEMA) for p in gen["partitions"]]
     assert len(lists) <= 2  # an address is never split, whatever its hosts' own hashes say
