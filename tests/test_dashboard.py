@@ -9,7 +9,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from urllib.parse import unquote
+from urllib.parse import quote, unquote
 
 import pytest
 from airflow_harness import REPO, configure_env
@@ -133,7 +133,9 @@ def test_crawl_overview_charts_and_numbers_match_duckdb(server, token: str, root
     doc = _doc(server, token, f"/crawl/dashboard/crawls/{CRAWL}")
     charts = doc.css("svg.chart")
     assert len(charts) >= 12 and all(c.css_first("title") for c in charts)
-    assert not doc.css("script[src], link[href], img[src]")  # nothing loaded from elsewhere
+    assert not doc.css("script, link[href], img[src]")  # no script, nothing loaded from elsewhere
+    ids = [n.attributes["id"] for n in doc.css("[id]")]
+    assert len(ids) == len(set(ids))  # the charts' SVG ids (clip paths) do not collide on one page
     for r in range(1, ROUNDS + 1):
         fetched, errors = _duck(f"SELECT count(*) FILTER (WHERE status = 'fetched'), "
                                 f"count(*) FILTER (WHERE status IN ('retry', 'http_error', 'gone')) FROM {_fx(root, r)}")[0]
@@ -208,6 +210,10 @@ def test_page_lookup_shows_the_history_and_downloads_the_stored_bodies(server, t
         assert headers["content-disposition"].startswith("attachment") and "sandbox" in headers["content-security-policy"]
     doc = _doc(server, token, f"/crawl/dashboard/crawls/{CRAWL}/page?url=ftp://example.com/", 400)
     assert "http(s)" in doc.css_first("#lookup-error").text()
+    # what the user typed is shown back escaped, never as markup
+    evil = quote('http://x.test/"><script>alert(1)</script>', safe="")
+    doc = _doc(server, token, f"/crawl/dashboard/crawls/{CRAWL}/page?url={evil}")
+    assert not doc.css("script") and "<script>" in doc.css_first("form.lookup input").attributes["value"]
     _get(server, token, f"/crawl/dashboard/crawls/{CRAWL}/body?url={seed}&at=2001-01-01T00:00:00Z", 404)
     _get(server, token, "/crawl/dashboard/crawls/nosuchcrawl/page", 404)
     _get(server, token, "/crawl/dashboard/crawls/Bad%20Id", 400)
