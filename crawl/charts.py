@@ -80,12 +80,20 @@ def _int_axis(ax) -> None:  # type: ignore[no-untyped-def]
     ax.yaxis.set_major_locator(MaxNLocator(nbins=4, integer=True, min_n_ticks=2))
 
 
+MIN_SLOTS = 6  # a young crawl's few rounds keep a bar's width, the rest of the axis waits for more
+
+
 def _x_ticks(ax, labels: Sequence[str]) -> None:  # type: ignore[no-untyped-def]
     n = len(labels)
     step = max(1, -(-n // 12))  # at most ~12 labels
     ticks = list(range(0, n, step))
     ax.set_xticks(ticks, [labels[i] for i in ticks])
-    ax.set_xlim(-0.6, n - 0.4)
+    ax.set_xlim(-0.6, max(n, MIN_SLOTS) - 0.4)
+
+
+def _none_yet(ax, empty: bool) -> None:  # type: ignore[no-untyped-def]
+    if empty:
+        ax.text(0.5, 0.5, "none so far", transform=ax.transAxes, ha="center", va="center", color=MUTED)
 
 
 def bars(title: str, x_labels: Sequence[str], series: Sequence[tuple[str, Sequence[float], str]],
@@ -112,8 +120,10 @@ def bars(title: str, x_labels: Sequence[str], series: Sequence[tuple[str, Sequen
             _x_ticks(ax, list(x_labels))
             if integer:
                 _int_axis(ax)
-            if max([*bottom, 0.0]) == 0 and all(not any(v for v in s[1]) for s in series):
+            empty = all(not any(v for v in s[1]) for s in series)
+            if empty:
                 ax.set_ylim(0, 1)
+            _none_yet(ax, empty)
             ax.set_xlabel(xlabel)
             ax.set_ylabel(ylabel)
             _legend(ax, len(series))
