@@ -49,12 +49,16 @@ __all__ = [
 def poll(fn: Callable[[], Any], timeout: float, every: float = 2.0, what: str = "") -> Any:
     """Call ``fn`` until it returns a truthy value; bounded in time."""
     deadline = time.monotonic() + timeout
+    last_error: OSError | None = None
     while time.monotonic() < deadline:
-        value = fn()
+        try:
+            value = fn()
+        except OSError as e:  # a REST call that timed out under load is "not yet", not a failure
+            last_error, value = e, None
         if value:
             return value
         time.sleep(every)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+    raise AssertionError(f"timed out after {timeout}s waiting for {what} (last error: {last_error})")
 
 
 def run_state(server: AirflowServer, token: str, dag_id: str, run_id: str) -> str | None:
