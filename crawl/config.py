@@ -239,6 +239,8 @@ class CrawlConfig:
     max_body_bytes: int = 2_000_000
     max_redirects: int = 5
     max_url_length: int = 2048
+    # URL schemes crawled: http and https; add "ftp" to crawl FTP servers too (opt-in, crawl/ftp.py)
+    allowed_schemes: tuple[str, ...] = ("http", "https")
 
     # parsing (crawl.parse, crawl.media)
     parsers: tuple[str, ...] = ()  # extra parsers, 'module:function' (decorated with crawl.parse.parser)
@@ -376,6 +378,9 @@ def _validate(cfg: CrawlConfig) -> None:
                           f"got {cfg.schedule_policy!r}")
     if cfg.schedule_policy == "oracle" and not cfg.oracle_rates_path:
         raise ConfigError("oracle_rates_path: required when schedule_policy is oracle")
+    if not cfg.allowed_schemes or not set(cfg.allowed_schemes) <= {"http", "https", "ftp"}:
+        raise ConfigError(f"allowed_schemes: must be a non-empty list of http, https and ftp, "
+                          f"got {list(cfg.allowed_schemes)!r}")
     if cfg.politeness_key not in {"host", "domain", "ip"}:
         raise ConfigError(f"politeness_key: must be host, domain or ip, got {cfg.politeness_key!r}")
     if not is_crawl_id(cfg.crawl_id):

@@ -31,6 +31,14 @@ backoff with jitter), and after ``cfg.max_host_errors`` errors the host's remain
 a later round. Every input URL ends with at least one output row; a URL retried inside the task has one
 row per attempt (the consumer takes the latest ``fetch_time`` per URL).
 
+Protocols: the scheme of a URL picks its handler. ``http``/``https`` go through the aiohttp session
+(:meth:`_Fetcher._request`); ``ftp`` (opt-in: config ``allowed_schemes``) through :mod:`crawl.ftp`
+(:meth:`_Fetcher._ftp_request`), one anonymous session per URL, whose answer is shaped like an HTTP
+one, so the outcome logic (rows, redirects, 404s, 503 backoff, host error counts) is the same code.
+Politeness is the same too: an ftp origin is a host in its key's slot, with the gap counted from the
+end of the previous session. FTP has no robots.txt: an ftp origin starts with an allow-all policy and
+no robots or sitemap request (see :mod:`crawl.ftp`); its captures are WARC ``resource`` records.
+
 Where the time goes (in the task's stats, summed over queues, so they can exceed the wall time):
 ``request_s`` is time inside HTTP requests (connect to last byte kept); ``politeness_wait_s`` is
 time a queue with work left sat between its requests (delay, Crawl-delay, 429/503 backoff).
@@ -62,6 +70,7 @@ from crawl import url as U
 from crawl.config import CrawlConfig
 from crawl.errors import FetchStopped
 from crawl.fingerprint import payload_digest
+from crawl.ftp import FtpLimits, fetch_ftp
 from crawl.net import (
     GuardedResolver,
     PrivateAddressError,
@@ -73,6 +82,7 @@ from crawl.net import (
 from crawl.robots import RobotsPolicy, policy_from_response
 from crawl.warc import RecordRef, WarcFile
 
+FTP_PREFIX = "ftp://"  # URLs the ftp handler (crawl.ftp) fetches
 # Rows of the robots.txt TTL cache kept in crawl state (one per host and fetch).
 ROBOTS_CACHE_SCHEMA = R.ROBOTS_CACHE_SCHEMA
 
@@ -256,7 +266,7 @@ def _fresh_robots(cache: pa.Table | None, now: datetime, ttl_s: float) -> dict[s
     return out
 
 
-def _origin(url: str, host: str | None) -> tuple[str, str] | None:
+def _origin(url: str, host: str | None, schemes: tuple[str, ...] = U.WEB_SCHEMES) -> tuple[str, str] | None:
     """(``scheme://host[:port]``, host) of ``url`` by the URL model; None if the model refuses it.
 
     Shortcut for the usual canonical URL ``scheme://host/...`` whose host column is already in the
@@ -270,7 +280,7 @@ def _origin(url: str, host: str | None) -> tuple[str, str] | None:
                 if len(url) == end or url[end] in "/?#":
                     return url[:end], host
     try:
-        u = U.parse_url(url)
+        u = U.parse_url(url, schemes=schemes)
     except U.InvalidURL:
         return None
     return u.origin, u.host
@@ -285,6 +295,7 @@ class _Fetcher:
     def __init__(self, cfg: CrawlConfig, root: str, warc_prefix: str, now: datetime,
                  known: Mapping[str, tuple[str, str]] | None, deadline_s: float) -> None:
         self.cfg = cfg
+        self.schemes = tuple(cfg.allowed_schemes)
         self.root = root
         self.now0 = now if now.tzinfo else now.replace(tzinfo=UTC)
         self.known: dict[str, tuple[str, str]] = dict(known or {})
@@ -347,7 +358,7 @@ class _Fetcher:
         cached = _fresh_robots(robots_cache, self.now0, self.cfg.robots_ttl_s)
         for i, (url, uh, host, depth, etag, lm) in enumerate(zip(*cols, strict=True)):
             job = _Job(url, uh, depth if depth is not None else 0, etag, lm)
-            where = _origin(url, host)
+            where = _origin(url, host, self.schemes)
             if where is None:
                 self.rows.append(_row(job, host, self.now0, R.FILTERED, error="invalid_url",
                                       subset=SUBSET_DIAG))
@@ -361,7 +372,9 @@ class _Fetcher:
             if h is None:
                 h = _Host(host=host, origin=origin, slot=_NO_SLOT, delay=self.cfg.politeness_delay_s,
                           rng=random.Random(zlib.crc32(origin.encode())))
-                if origin in cached:
+                if origin.startswith(FTP_PREFIX):  # no robots.txt in FTP: allowed unless config denies
+                    h.policy = policy_from_response(404, b"", self.cfg.robots_max_bytes, self.cfg.robots_agent)
+                elif origin in cached:
                     st, body = cached[origin]
                     h.policy = policy_from_response(st, body, self.cfg.robots_max_bytes,
                                                     self.cfg.robots_agent)
@@ -643,6 +656,24 @@ class _Fetcher:
         return _Response(meta["status"], meta["reason"], meta["headers"], meta["req_headers"],
                          bytes(body), truncated, meta["ip"], meta["location"], meta["retry_after"])
 
+    async def _ftp_request(self, h: _Host, url: str, cap: int) -> _Response:
+        """One FTP session (:func:`crawl.ftp.fetch_ftp`) as a :class:`_Response`. The gap to the
+        next request of the key runs from the end of the session (``_answered``), so the server
+        never has two of our sessions open and sees them at least ``delay`` apart."""
+        if self.stopped:
+            raise FetchStopped("fetch stopped")
+        started = self.mono()
+        try:
+            r = await fetch_ftp(url, FtpLimits.from_config(self.cfg, cap), self.resolver)
+        finally:
+            self._answered(h.slot)
+            self.stats["request_s"] += self.mono() - started
+            self.stats["ftp_requests"] += 1
+        headers = [("Content-Type", r.content_type)] if r.content_type else []
+        if r.location:
+            headers.append(("Location", r.location))
+        return _Response(r.status, r.reason, headers, [], r.body, r.truncated, r.ip, r.location, None)
+
     async def _run_job(self, h: _Host, job: _Job) -> None:
         s = h.slot
         try:
@@ -681,7 +712,7 @@ class _Fetcher:
     def _key_of_url(self, url: str) -> str | None:
         """The politeness key a request to ``url`` counts against (None: the URL model refuses it)."""
         try:
-            return self.key_of_host(U.host_of(url))
+            return self.key_of_host(U.host_of(url, self.schemes))
         except U.InvalidURL:
             return None
 
@@ -907,7 +938,10 @@ class _Fetcher:
         if job.last_modified:
             headers["If-Modified-Since"] = job.last_modified
         try:
-            r = await self._request(h, job.url, headers, cfg.max_body_bytes)
+            if job.url.startswith(FTP_PREFIX):
+                r = await self._ftp_request(h, job.url, cfg.max_body_bytes)
+            else:
+                r = await self._request(h, job.url, headers, cfg.max_body_bytes)
         except Exception as exc:  # noqa: BLE001 - network failures become rows
             self._failed(h, job, t, exc)
             return
@@ -945,13 +979,13 @@ class _Fetcher:
                               truncated=r.truncated, **base, **cols))
 
     def _redirect(self, h: _Host, job: _Job, t: datetime, r: _Response, base: dict[str, Any]) -> None:
-        target = U.resolve(r.location, job.url) if r.location else None
+        target = U.resolve(r.location, job.url, self.schemes) if r.location else None
         if target is None:
             self.rows.append(_row(job, h.host, t, R.HTTP_ERROR, error="redirect_without_location", **base))
             return
         self.rows.append(_row(job, h.host, t, R.REDIRECT, redirect_location=target, **base))
-        canon = U.canonicalize(target, self.cfg.tracking_params) or target
-        where = _origin(canon, h.host)
+        canon = U.canonicalize(target, self.cfg.tracking_params, self.schemes) or target
+        where = _origin(canon, h.host, self.schemes)
         if where is None or where[0] != h.origin:  # another origin has its own robots.txt to ask first
             self.stats["redirect_cross_host"] += 1
             return  # a new URL for the CrawlDb (update turns redirect rows into links)
@@ -1017,6 +1051,8 @@ class _Fetcher:
         """
         w = self.warcs[subset]
         known = self.known
+        if url.startswith(FTP_PREFIX):
+            return self._store_resource(w, subset, url, t, r) if dedup else {}
 
         def write() -> tuple[RecordRef, str | None, tuple[str, str] | None]:
             prior = digest = None
@@ -1034,6 +1070,19 @@ class _Fetcher:
             return ref, ref.digest, None
 
         return {"warc_filename": self.names[subset], "_ref": self.writer.submit(write, len(r.body) + 1024)}
+
+    def _store_resource(self, w: WarcFile, subset: str, url: str, t: datetime, r: _Response) -> dict[str, Any]:
+        """An FTP capture: one ``resource`` record (no HTTP exchange, so no request record and no
+        revisit: the file is stored as it came). FTP failures (404, 503...) store nothing; their
+        row says what happened."""
+        ctype = _header(r.headers, "content-type") or "application/octet-stream"
+
+        def write() -> tuple[RecordRef, str | None, None]:
+            ref = w.write_resource(url, t, ctype, r.body, r.ip, r.truncated)
+            return ref, ref.digest, None
+
+        return {"warc_filename": self.names[subset], "_ref": self.writer.submit(write, len(r.body) + 1024),
+                "_wtype": "resource"}
 
     async def _backpressure(self) -> None:
         """Bound the memory of bodies waiting for the writer: wait for it when too much is queued."""
@@ -1058,7 +1107,7 @@ class _Fetcher:
             row["warc_record_length"] = ref.length
             row["payload_digest"] = digest
             if prior is None:
-                row["warc_type"] = "response"
+                row["warc_type"] = row.pop("_wtype", "response")
             else:
                 row.update(warc_type="revisit", revisit_of_url=prior[0], revisit_of_date=prior[1])
                 self.stats["revisits"] += 1

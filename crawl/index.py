@@ -17,7 +17,7 @@ import pyarrow.compute as pc
 
 from crawl.config import CrawlConfig
 from crawl.store import Store
-from crawl.url import is_ip_host, registered_domain, surts, tld, url_columns
+from crawl.url import KNOWN_SCHEMES, is_ip_host, registered_domain, surts, tld, url_columns
 
 INDEX_SCHEMA = pa.schema([
     ("url_surtkey", pa.string()),
@@ -106,7 +106,7 @@ def host_tld_and_domain(host: str | None) -> tuple[str | None, str | None]:
 
 
 def _split_url(urls: pa.Array) -> dict[str, pa.Array]:
-    cols = url_columns(urls)
+    cols = url_columns(urls, schemes=KNOWN_SCHEMES)  # rows of admitted URLs: any scheme the model knows
     host = cols["host"]
     # per distinct host, not per row
     enc = pc.dictionary_encode(host)
@@ -148,7 +148,7 @@ def build_index(fetched: pa.Table, pages: pa.Table, dup_info: pa.Table, round_no
     digest = pc.replace_substring_regex(t.column("payload_digest"), "^sha1:", "")
     n = t.num_rows
     cols = {
-        "url_surtkey": surts(urls),
+        "url_surtkey": surts(urls, KNOWN_SCHEMES),
         "url": urls,
         **split,
         "fetch_time": t.column("fetch_time"),
@@ -189,13 +189,13 @@ def write_outputs(cfg: CrawlConfig, store: Store, round_no: int, fetch_parts: li
     text = con.sql(f"""
         SELECT p.url, p.url_hash, f.fetch_time, f.payload_digest AS content_digest, p.title, p.text,
                p.text_length, p.content_languages, {round_no} AS round, p.page_count, f.part
-        FROM pages p JOIN (SELECT * FROM f WHERE status = 'fetched' AND warc_type = 'response') f USING (url_hash)
+        FROM pages p JOIN (SELECT * FROM f WHERE status = 'fetched' AND warc_type IN ('response', 'resource')) f USING (url_hash)
     """).to_arrow_table()
     images = con.sql(f"""
         SELECT p.url, p.url_hash, f.fetch_time, f.payload_digest AS content_digest, p.content_mime_detected,
                p.image_format AS format, p.image_width AS width, p.image_height AS height, p.image_mode AS mode,
                p.exif_datetime, p.camera_make, p.camera_model, {round_no} AS round, f.part
-        FROM pages p JOIN (SELECT * FROM f WHERE status = 'fetched' AND warc_type = 'response') f USING (url_hash)
+        FROM pages p JOIN (SELECT * FROM f WHERE status = 'fetched' AND warc_type IN ('response', 'resource')) f USING (url_hash)
         WHERE p.image_format IS NOT NULL
     """).to_arrow_table()
     for part in parts:

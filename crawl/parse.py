@@ -108,7 +108,7 @@ Parser = Callable[[str, bytes, Mapping[str, str]], ParsedDoc]
 _PARSERS: dict[str, Parser] = {}
 # modules whose import registers the built-in non-HTML parsers (PDF, images); imported on first use
 # so that ``import crawl.parse`` stays light and those modules can import this one
-_BUILTIN_MODULES = ("crawl.media",)
+_BUILTIN_MODULES = ("crawl.media", "crawl.ftp")
 _builtins_loaded = False
 ENTRY_POINT_GROUP = "recrawl.parsers"
 _MIME_RE = re.compile(r"^[a-z0-9][a-z0-9!#$&^_.+-]*/[a-z0-9][a-z0-9!#$&^_.+-]*$")
@@ -683,7 +683,9 @@ def parse_partition(root: str, fetch_table: pa.Table, max_outlinks: int) -> tupl
     """
     status = fetch_table.column("status")
     warc_type = fetch_table.column("warc_type")
-    is_page = pc.fill_null(pc.and_(pc.equal(status, FETCHED), pc.equal(warc_type, "response")), False)
+    # response records (http) and resource records (ftp: a file or a directory listing)
+    is_page = pc.fill_null(pc.and_(pc.equal(status, FETCHED), pc.is_in(warc_type, pa.array(["response", "resource"]))),
+                           False)
     is_page = pc.and_(is_page, pc.is_valid(fetch_table.column("warc_filename")))
     pages_in = fetch_table.filter(is_page).select(
         ["url", "url_hash", "warc_filename", "warc_record_offset", "content_type"])

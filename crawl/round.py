@@ -50,6 +50,7 @@ def next_round(cfg: CrawlConfig) -> int:
 def validate_seeds(seeds: Sequence[str], cfg: CrawlConfig | None = None) -> list[str]:
     """Canonical seeds, or :class:`SeedError` naming every bad one (nothing is written then)."""
     max_len = cfg.max_url_length if cfg else 2048
+    schemes = tuple(cfg.allowed_schemes) if cfg else ("http", "https")  # ftp only when the crawl allows it
     if not seeds:
         raise SeedError([("", "no seeds given")])
     good, bad = [], []
@@ -59,18 +60,18 @@ def validate_seeds(seeds: Sequence[str], cfg: CrawlConfig | None = None) -> list
             continue
         s = seed.strip()
         scheme = s.split(":", 1)[0].lower() if ":" in s else ""
-        if scheme not in ("http", "https"):
-            bad.append((seed, f"scheme must be http or https, got {scheme or 'none'!r}"))
+        if scheme not in schemes:
+            bad.append((seed, f"scheme must be {' or '.join(schemes)}, got {scheme or 'none'!r}"))
             continue
         if len(s) > max_len:
             bad.append((seed, f"longer than {max_len} characters"))
             continue
         try:
-            parse_url(s)
+            parse_url(s, schemes=schemes)
         except InvalidURL as e:
             bad.append((seed, f"not a parseable URL with a host: {e}"))
             continue
-        canon = canonicalize(s)
+        canon = canonicalize(s, schemes=schemes)
         if canon is None:
             bad.append((seed, "not a parseable URL with a host"))
             continue
@@ -97,7 +98,7 @@ def _inject(cfg: CrawlConfig, seeds: Sequence[str], now: datetime | None) -> dic
     store = _store(cfg)
     n = next_round(cfg)
     rel = store.round_dir(n, "inject.parquet")
-    hosts = [host_of(u) for u in canon]
+    hosts = [host_of(u, cfg.allowed_schemes) for u in canon]
     rows = crawldb.conform(pa.table({
         "url": pa.array(canon, pa.string()),
         "url_hash": pa.array([url_hash(u) for u in canon], pa.uint64()),

@@ -148,7 +148,7 @@ def prepare(cfg: CrawlConfig, store: Store, round_no: int, fetched_all: pa.Table
     fetches = fetched_all.filter(pc.invert(pc.is_in(fetched_all.column("subset"), pa.array(CONTROL_SUBSETS))))
     # fetch rows for redirect hops carry the hop URL: re-derive canonical URL and hash for all rows
     raw_urls = fetches.column("url").combine_chunks()
-    canon = pc.coalesce(canonicalize_many(raw_urls, cfg.tracking_params), raw_urls)
+    canon = pc.coalesce(canonicalize_many(raw_urls, cfg.tracking_params, cfg.allowed_schemes), raw_urls)
     fetches = fetches.set_column(fetches.schema.get_field_index("url"), "url", canon)
     fetches = fetches.set_column(fetches.schema.get_field_index("url_hash"), "url_hash",
                                  pa.array(url_hashes(canon), pa.uint64()))
@@ -277,7 +277,7 @@ def _prepare_links(cfg: CrawlConfig, con: duckdb.DuckDBPyConnection,
     # the source is a fetched page: its URL is canonical already (fetch lists hold canonical URLs)
     t = pa.table({
         "from_hash": pa.array(url_hashes(raw_links.column("from_url")), pa.uint64()),
-        "to_url": canonicalize_many(raw_links.column("to_url"), cfg.tracking_params),
+        "to_url": canonicalize_many(raw_links.column("to_url"), cfg.tracking_params, cfg.allowed_schemes),
         "kind": raw_links.column("kind"),
     })
     con.register("lraw", t)
@@ -342,7 +342,7 @@ def _new_urls(cfg: CrawlConfig, store: Store, con: duckdb.DuckDBPyConnection, db
     stats = {"bloom_maybe": maybe_total, "bloom_false_positives": fp_total}
     if cand.num_rows == 0:
         return crawldb.CRAWLDB_SCHEMA.empty_table(), stats
-    cand = cand.append_column("host", url_columns(cand.column("url"), ("host",))["host"])
+    cand = cand.append_column("host", url_columns(cand.column("url"), ("host",), cfg.allowed_schemes)["host"])
     # per-host total cap: URLs already known for the host + new ones, seeds and shallow ones first
     con.register("cand", cand)
     known = f"SELECT host, count(*) AS n FROM {db_src} GROUP BY 1" if db_src else \

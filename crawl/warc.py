@@ -6,6 +6,9 @@ Common Crawl users do. Why write to a temporary file and move it at ``close()``:
 mid-file must never leave a torn WARC at the published path, and a rerun of the same task (same
 deterministic path) simply overwrites the earlier attempt.
 
+FTP captures (:mod:`crawl.ftp`) have no HTTP exchange: they are ``resource`` records whose block is
+the file (or the raw directory listing) and whose ``Content-Type`` is guessed from the file name.
+
 Header policy for ``response`` records: the payload is stored *decoded* (after Content-Encoding and
 Transfer-Encoding were undone by the HTTP client), so keeping ``Content-Encoding: gzip`` or
 ``Transfer-Encoding: chunked`` would make the record lie about its body. Like Common Crawl we rename
@@ -227,6 +230,27 @@ class WarcFile:
         rec = self._writer.create_warc_record(
             url, "response", payload=io.BytesIO(payload), length=len(payload),
             warc_headers_dict=warc_headers, http_headers=http,
+        )
+        return self._write(rec, digest)
+
+    def write_resource(
+        self,
+        url: str,
+        fetch_time: datetime,
+        content_type: str,
+        payload: bytes,
+        ip: str | None,
+        truncated: str | None,
+        digest: str | None = None,
+    ) -> RecordRef:
+        """A ``resource`` record: a capture without an HTTP exchange (an FTP file or directory
+        listing). The block is the payload itself, typed by ``Content-Type`` (WARC 1.1 §6.4)."""
+        digest = digest or payload_digest(payload)
+        warc_headers = _warc_headers(fetch_time, ip, {"WARC-Payload-Digest": digest, "WARC-Block-Digest": digest,
+                                                      "WARC-Truncated": truncated})
+        rec = self._writer.create_warc_record(
+            url, "resource", payload=io.BytesIO(payload), length=len(payload),
+            warc_content_type=content_type, warc_headers_dict=warc_headers,
         )
         return self._write(rec, digest)
 

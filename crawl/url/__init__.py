@@ -38,11 +38,21 @@ from crawl.url.filters import (
 )
 from crawl.url.hashing import url_hash, url_hashes
 from crawl.url.links import resolve_many
-from crawl.url.parse import URL, InvalidURL, host_of, is_ip_host, origin_of, parse_url, resolve
+from crawl.url.parse import (
+    KNOWN_SCHEMES,
+    URL,
+    WEB_SCHEMES,
+    InvalidURL,
+    host_of,
+    is_ip_host,
+    origin_of,
+    parse_url,
+    resolve,
+)
 from crawl.url.surt import politeness_key, registered_domain, surt, surts, tld
 
 __all__ = [
-    "BAD_SCHEME", "FILTER_REASONS", "OUT_OF_SCOPE", "QUERY_EXPLOSION", "REPEATED_SEGMENTS", "TOO_DEEP", "TOO_LONG",
+    "BAD_SCHEME", "FILTER_REASONS", "KNOWN_SCHEMES", "WEB_SCHEMES", "OUT_OF_SCOPE", "QUERY_EXPLOSION", "REPEATED_SEGMENTS", "TOO_DEEP", "TOO_LONG",
     "TOO_MANY_SEGMENTS", "URL", "URL_FIELDS", "InvalidURL", "canonical", "canonicalize", "canonicalize_many", "filter_reason",
     "filter_reasons", "has_query_explosion", "has_repeated_segments", "has_too_many_segments", "host_of",
     "is_bad_scheme", "is_ip_host", "is_out_of_scope", "is_too_deep", "is_too_long", "origin_of", "parse_url", "politeness_key",

@@ -55,7 +55,7 @@ from crawl.url.columns import (
     _split_simple,
     _view_array,
 )
-from crawl.url.parse import URL, InvalidURL, parse_url
+from crawl.url.parse import URL, WEB_SCHEMES, InvalidURL, parse_url
 
 _PCT_RE = re.compile(r"%([0-9A-Fa-f]{2})")
 _UNRESERVED = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
@@ -111,16 +111,18 @@ def _canon_parts(p: URL, tracking: frozenset[str]) -> str:
     return f"{p.scheme}://{p.host}{port}{path}?{query}" if query else f"{p.scheme}://{p.host}{port}{path}"
 
 
-def canonicalize(url: str, tracking_params: Iterable[str] = DEFAULT_TRACKING_PARAMS) -> str | None:
-    """Our canonical form of an http(s) URL (see the module docstring), or None. Idempotent."""
+def canonicalize(url: str, tracking_params: Iterable[str] = DEFAULT_TRACKING_PARAMS,
+                 schemes: tuple[str, ...] = WEB_SCHEMES) -> str | None:
+    """Our canonical form of a URL of ``schemes`` (http(s) unless the crawl allows ftp; see the
+    module docstring), or None. Idempotent."""
     tracking = (_DEFAULT_TRACKING if tracking_params is DEFAULT_TRACKING_PARAMS
                 else _tracking_set(tuple(tracking_params)))
-    return _canonicalize(url, tracking)
+    return _canonicalize(url, tracking, tuple(schemes))
 
 
-def _canonicalize(url: str, tracking: frozenset[str]) -> str | None:
+def _canonicalize(url: str, tracking: frozenset[str], schemes: tuple[str, ...] = WEB_SCHEMES) -> str | None:
     try:
-        return _canon_parts(parse_url(url), tracking)
+        return _canon_parts(parse_url(url, schemes=schemes), tracking)
     except InvalidURL:
         return None
 
@@ -220,6 +222,7 @@ def _assemble(s: _Simple, rows: np.ndarray, prefix: pa.Array, prow: np.ndarray, 
 def canonicalize_many(
     urls: Sequence[str | None] | pa.Array | pa.ChunkedArray,
     tracking_params: Iterable[str] = DEFAULT_TRACKING_PARAMS,
+    schemes: tuple[str, ...] = WEB_SCHEMES,
 ) -> pa.Array:
     """:func:`canonicalize` over many URLs -> Arrow string array, null where rejected.
 
@@ -231,6 +234,7 @@ def canonicalize_many(
     import pyarrow.compute as pc
 
     tracking = _tracking_set(tuple(tracking_params))
+    schemes = tuple(schemes)
     arr = _as_string_array(urls)
     n = len(arr)
     if n == 0:
@@ -238,11 +242,12 @@ def canonicalize_many(
     if n >= _DEDUP_MIN_ROWS:  # links repeat (menus, footers): canonicalise each distinct string once
         enc = pc.dictionary_encode(arr)
         if len(enc.dictionary) < _DEDUP_MAX_SHARE * n:
-            return _in_blocks(lambda a: _canonicalize_distinct(a, tracking), enc.dictionary).take(enc.indices)
-    return _in_blocks(lambda a: _canonicalize_distinct(a, tracking), arr)
+            return _in_blocks(lambda a: _canonicalize_distinct(a, tracking, schemes), enc.dictionary).take(enc.indices)
+    return _in_blocks(lambda a: _canonicalize_distinct(a, tracking, schemes), arr)
 
 
-def _canonicalize_distinct(arr: pa.Array, tracking: frozenset[str]) -> pa.Array:
+def _canonicalize_distinct(arr: pa.Array, tracking: frozenset[str],
+                           schemes: tuple[str, ...] = WEB_SCHEMES) -> pa.Array:
     n = len(arr)
     simple, lower, lower_arr = _classify(arr)
     off, d = _buffers(arr)
@@ -268,7 +273,7 @@ def _canonicalize_distinct(arr: pa.Array, tracking: frozenset[str]) -> pa.Array:
                 continue
             r = cache.get(u, _MISSING)
             if r is _MISSING:
-                r = cache[u] = _canonicalize(u, tracking)
+                r = cache[u] = _canonicalize(u, tracking, schemes)
             append(r)
         fb = pa.array(out, type=pa.string())
         fb_off, fb_data = _buffers(fb)

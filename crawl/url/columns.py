@@ -325,7 +325,8 @@ URL_FIELDS = ("scheme", "host", "port", "path", "query")
 
 
 def url_columns(urls: Sequence[str | None] | pa.Array | pa.ChunkedArray,
-                fields: Sequence[str] = URL_FIELDS) -> dict[str, pa.Array]:
+                fields: Sequence[str] = URL_FIELDS, schemes: tuple[str, ...] = ("http", "https")
+                ) -> dict[str, pa.Array]:
     """:func:`crawl.url.parse.parse_url`'s ``fields`` for every URL, as Arrow columns (``port`` int32,
     null when it is the default; ``query`` null when the URL has no ``?``, ``""`` after a bare ``?``,
     as Common Crawl's index has it; every field null where the URL is invalid or null).
@@ -334,10 +335,11 @@ def url_columns(urls: Sequence[str | None] | pa.Array | pa.ChunkedArray,
     the URL model's answer (one definition of a host), at column speed. Simple URLs (``_SIMPLE_PAT``:
     no userinfo, a plain letters-digits-hyphen host, nothing WHATWG would change but host case and a
     default port) are sliced from byte positions; every other distinct URL goes through
-    :func:`parse_url` once. A Hypothesis test checks both give the same answers.
+    :func:`parse_url` once (with ``schemes``). A Hypothesis test checks both give the same answers.
     """
     import pyarrow.compute as pc
 
+    schemes = tuple(schemes)
     bad = [f for f in fields if f not in URL_FIELDS]
     if bad:
         raise ValueError(f"url_columns: unknown fields {bad}; known: {URL_FIELDS}")
@@ -346,23 +348,23 @@ def url_columns(urls: Sequence[str | None] | pa.Array | pa.ChunkedArray,
     if n >= _DEDUP_MIN_ROWS:
         enc = pc.dictionary_encode(arr)
         if len(enc.dictionary) < _DEDUP_MAX_SHARE * n:
-            per = _url_columns_blocks(enc.dictionary, fields)
+            per = _url_columns_blocks(enc.dictionary, fields, schemes)
             return {f: col.take(enc.indices) for f, col in per.items()}
-    return _url_columns_blocks(arr, fields)
+    return _url_columns_blocks(arr, fields, schemes)
 
 
 _URL_TYPES = {"scheme": pa.string(), "host": pa.string(), "port": pa.int32(), "path": pa.string(),
               "query": pa.string()}
 
 
-def _url_columns_blocks(arr: pa.Array, fields: Sequence[str]) -> dict[str, pa.Array]:
-    parts = [_url_columns_block(arr.slice(i, _BLOCK_ROWS), fields) for i in range(0, len(arr), _BLOCK_ROWS)]
+def _url_columns_blocks(arr: pa.Array, fields: Sequence[str], schemes: tuple[str, ...]) -> dict[str, pa.Array]:
+    parts = [_url_columns_block(arr.slice(i, _BLOCK_ROWS), fields, schemes) for i in range(0, len(arr), _BLOCK_ROWS)]
     if not parts:
         return {f: pa.array([], _URL_TYPES[f]) for f in fields}
     return {f: pa.concat_arrays([p[f] for p in parts]) for f in fields}
 
 
-def _url_columns_block(arr: pa.Array, fields: Sequence[str]) -> dict[str, pa.Array]:
+def _url_columns_block(arr: pa.Array, fields: Sequence[str], schemes: tuple[str, ...]) -> dict[str, pa.Array]:
     import pyarrow.compute as pc
 
     from crawl.url.parse import InvalidURL, parse_url
@@ -400,7 +402,7 @@ def _url_columns_block(arr: pa.Array, fields: Sequence[str]) -> dict[str, pa.Arr
     slow: dict[str, list] = {f: [] for f in fields}
     for u in arr.take(pa.array(rest)).to_pylist():
         try:
-            p = None if u is None else parse_url(u)
+            p = None if u is None else parse_url(u, schemes=schemes)
         except InvalidURL:
             p = None
         for f in fields:

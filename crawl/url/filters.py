@@ -32,7 +32,7 @@ from crawl.url.columns import (
     _u32_at,
     _view_array,
 )
-from crawl.url.parse import InvalidURL, parse_url
+from crawl.url.parse import WEB_SCHEMES, InvalidURL, parse_url
 
 TOO_LONG = "too_long"
 TOO_DEEP = "too_deep"
@@ -45,9 +45,9 @@ FILTER_REASONS = (BAD_SCHEME, TOO_LONG, TOO_DEEP, TOO_MANY_SEGMENTS, REPEATED_SE
                   OUT_OF_SCOPE)
 
 
-def is_bad_scheme(url: str) -> bool:
-    """Only absolute http(s) URLs are crawlable."""
-    return not url[:8].lower().startswith(("http://", "https://"))
+def is_bad_scheme(url: str, schemes: tuple[str, ...] = WEB_SCHEMES) -> bool:
+    """Only absolute URLs of the crawl's schemes (``allowed_schemes``: http(s), ftp opt-in) are crawlable."""
+    return not url[:8].lower().startswith(tuple(f"{s}://" for s in schemes))
 
 
 def is_too_long(url: str, max_length: int) -> bool:
@@ -101,11 +101,12 @@ def filter_reason(url: str, depth: int, cfg: CrawlConfig) -> str | None:
     """Why ``url`` (canonical, at link ``depth``) must not be crawled, or None if it may.
 
     Host, path and query are the URL model's (:func:`crawl.url.parse.parse_url`); a URL the model
-    refuses is ``bad_scheme`` (not an absolute http(s) URL the crawler can use)."""
-    if is_bad_scheme(url):
+    refuses is ``bad_scheme`` (not an absolute URL of ``cfg.allowed_schemes``, by default http(s))."""
+    schemes = tuple(cfg.allowed_schemes)
+    if is_bad_scheme(url, schemes):
         return BAD_SCHEME
     try:
-        u = parse_url(url)
+        u = parse_url(url, schemes=schemes)
     except InvalidURL:
         return BAD_SCHEME
     if is_too_long(url, cfg.max_url_length):

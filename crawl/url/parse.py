@@ -1,4 +1,4 @@
-"""The URL model: parse an http(s) URL into scheme, userinfo, host, port, path, query, fragment.
+"""The URL model: parse an http(s) (or ftp) URL into scheme, userinfo, host, port, path, query, fragment.
 
 Every module takes a URL's host and origin from :func:`parse_url` / :func:`host_of` /
 :func:`origin_of`, so "which server is this" has one answer (the SSRF guard, politeness keys,
@@ -10,6 +10,11 @@ hand-written parser: WHATWG host parsing (IPv4 in decimal/octal/hex/short forms,
 IDNA/UTS #46, percent-decoding of hosts) is exactly where a crawler's SSRF guard and politeness keys
 went wrong before. ada-url was chosen over can-ada by ``bench/urlparse_bench.py``: can-ada parses ~4x
 faster but takes no base URL, so it cannot resolve links (figures in bench/RESULTS.md).
+
+Schemes: the model knows ``http``, ``https`` and ``ftp`` (:data:`KNOWN_SCHEMES`); every function takes
+the schemes its caller accepts (``schemes``, default :data:`WEB_SCHEMES`, http and https). A crawl
+opts in to FTP with the config key ``allowed_schemes``; the filters (:func:`crawl.url.filter_reason`),
+canonicalisation of links and the fetcher pass it, everything else keeps the web's two.
 
 On top of the WHATWG answer, our one normalisation: a trailing dot of the host is removed
 (``HOST.`` and ``host`` are one server for politeness and the guard). :func:`resolve` keeps the
@@ -26,14 +31,16 @@ from functools import lru_cache
 import idna
 from ada_url._ada_wrapper import ffi, lib  # Ada's C API (ada_c.h), pinned with ada-url
 
-_DEFAULT_PORTS = {"http": 80, "https": 443}
+_DEFAULT_PORTS = {"http": 80, "https": 443, "ftp": 21}
+KNOWN_SCHEMES = tuple(_DEFAULT_PORTS)  # what the model can parse (WHATWG special schemes with a host)
+WEB_SCHEMES = ("http", "https")  # what is accepted unless a caller says otherwise
 _OMITTED = 0xFFFFFFFF
 _IPV4_DOTTED = re.compile(r"\d{1,3}(?:\.\d{1,3}){3}")
 _SCHEME_RE = re.compile(r"[\x00-\x20]*([A-Za-z][A-Za-z0-9+.\-]*):")
 
 
 class InvalidURL(ValueError):
-    """A URL the crawler cannot use: unparsable, relative without a base, or not http(s)."""
+    """A URL the crawler cannot use: unparsable, relative without a base, or a scheme not accepted."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,9 +100,9 @@ def _utf8(s: str) -> bytes:
         return s.encode("utf-16", "surrogatepass").decode("utf-16", "replace").encode("utf-8")
 
 
-def _ada(url: str, base: str | None) -> URL | None:
+def _ada(url: str, base: str | None, schemes: tuple[str, ...] = WEB_SCHEMES) -> URL | None:
     """One Ada parse -> :class:`URL` (host as WHATWG gives it), or None if Ada refuses it or the
-    result is not http(s)."""
+    result's scheme is not in ``schemes``."""
     b = _utf8(url)
     if base is None:
         obj = lib.ada_parse(b, len(b))
@@ -117,7 +124,7 @@ def _ada(url: str, base: str | None) -> URL | None:
     finally:
         lib.ada_free(obj)
     scheme = href[:pe - 1]
-    if scheme not in _DEFAULT_PORTS:
+    if scheme not in schemes or scheme not in _DEFAULT_PORTS:
         return None
     host = href[hs + 1:he] if href[hs:hs + 1] == "@" else href[hs:he]
     if "xn--" in host and not all(_valid_xn_label(lab) for lab in host.split(".") if lab.startswith("xn--")):
@@ -158,14 +165,15 @@ def _valid_xn_label(label: str) -> bool:
         return False
 
 
-def _why_invalid(url: str, base: str | None) -> str:
+def _why_invalid(url: str, base: str | None, schemes: tuple[str, ...] = WEB_SCHEMES) -> str:
     """A specific reason for a URL the parser refused (Ada itself only says no)."""
     m = _SCHEME_RE.match(url)
     if not m or (base is not None and m.group(1).lower() not in _DEFAULT_PORTS and len(m.group(1)) == 1):
         return "relative URL without a base" if base is None else f"cannot be resolved against {base!r}"
     scheme = m.group(1).lower()
-    if scheme not in _DEFAULT_PORTS:
-        return f"unsupported scheme {scheme!r} (only http and https are crawled)"
+    if scheme not in schemes or scheme not in _DEFAULT_PORTS:
+        allowed = " and ".join(x for x in schemes if x in _DEFAULT_PORTS)
+        return f"unsupported scheme {scheme!r} (only {allowed} are crawled)"
     auth = re.split(r"[/\\?#]", url[m.end():].lstrip("/\\"), maxsplit=1)[0]
     hostport = auth.rpartition("@")[2]
     if hostport.startswith("["):
@@ -182,14 +190,14 @@ def _why_invalid(url: str, base: str | None) -> str:
     return f"invalid host {hostport.rpartition(':')[0] if port_s else hostport!r}"
 
 
-def parse_url(url: str, base: str | None = None) -> URL:
-    """Parse (resolving against ``base``) an http(s) URL into a :class:`URL`; :class:`InvalidURL` with
-    a specific message for anything else (never a silent empty host)."""
+def parse_url(url: str, base: str | None = None, schemes: tuple[str, ...] = WEB_SCHEMES) -> URL:
+    """Parse (resolving against ``base``) a URL of one of ``schemes`` into a :class:`URL`;
+    :class:`InvalidURL` with a specific message for anything else (never a silent empty host)."""
     if not isinstance(url, str):
         raise InvalidURL(f"URL must be a string, got {type(url).__name__}")
-    u = _ada(url, base)
+    u = _ada(url, base, tuple(schemes))
     if u is None:
-        raise InvalidURL(f"{_why_invalid(url, base)}: {url!r}")
+        raise InvalidURL(f"{_why_invalid(url, base, tuple(schemes))}: {url!r}")
     if u.host.endswith("."):
         host = u.host.rstrip(".")
         if not host:
@@ -201,18 +209,19 @@ def parse_url(url: str, base: str | None = None) -> URL:
     return u
 
 
-def resolve(input: str, base: str | None) -> str | None:  # noqa: A002 - the interface name
+def resolve(input: str, base: str | None,  # noqa: A002 - the interface name
+            schemes: tuple[str, ...] = WEB_SCHEMES) -> str | None:
     """Resolve ``input`` against ``base`` the WHATWG way -> its serialisation; None if unparsable or
-    not http(s). (Link extraction's answer: no exception per bad ``href``.)"""
-    u = _ada(input, base)
+    not of ``schemes``. (Link extraction's answer: no exception per bad ``href``.)"""
+    u = _ada(input, base, tuple(schemes))
     return None if u is None else u._href
 
 
-def host_of(url: str) -> str:
-    """The host of an http(s) URL as :class:`URL` gives it; :class:`InvalidURL` if unparsable."""
-    return parse_url(url).host
+def host_of(url: str, schemes: tuple[str, ...] = WEB_SCHEMES) -> str:
+    """The host of a URL as :class:`URL` gives it; :class:`InvalidURL` if unparsable."""
+    return parse_url(url, schemes=schemes).host
 
 
-def origin_of(url: str) -> str:
-    """``scheme://host[:port]`` of an http(s) URL; :class:`InvalidURL` if unparsable."""
-    return parse_url(url).origin
+def origin_of(url: str, schemes: tuple[str, ...] = WEB_SCHEMES) -> str:
+    """``scheme://host[:port]`` of a URL; :class:`InvalidURL` if unparsable."""
+    return parse_url(url, schemes=schemes).origin

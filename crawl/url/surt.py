@@ -24,7 +24,7 @@ from crawl.url.columns import (
     _split_simple,
     _view_array,
 )
-from crawl.url.parse import InvalidURL, host_of, is_ip_host, parse_url
+from crawl.url.parse import WEB_SCHEMES, InvalidURL, host_of, is_ip_host, parse_url
 
 
 @lru_cache(maxsize=1)
@@ -58,7 +58,7 @@ def tld(host: str) -> str | None:
 _WWW_RE = re.compile(r"^www\d*\.")
 
 
-def surt(url: str) -> str | None:
+def surt(url: str, schemes: tuple[str, ...] = WEB_SCHEMES) -> str | None:
     """Common Crawl ``url_surtkey``: ``com,example)/path?a=1&b=2`` (lower case, scheme and www dropped).
 
     Follows the ``surt`` library's default as Common Crawl uses it: host labels reversed and joined by
@@ -68,7 +68,7 @@ def surt(url: str) -> str | None:
     canonical URL if they should be.
     """
     try:
-        p = parse_url(url)
+        p = parse_url(url, schemes=schemes)
     except InvalidURL:
         return None
     host = p.host
@@ -89,7 +89,8 @@ def surt(url: str) -> str | None:
     return out
 
 
-def surts(urls: pa.Array | pa.ChunkedArray | Sequence[str | None]) -> pa.Array:
+def surts(urls: pa.Array | pa.ChunkedArray | Sequence[str | None],
+          schemes: tuple[str, ...] = WEB_SCHEMES) -> pa.Array:
     """:func:`surt` over many URLs -> Arrow string array (null where :func:`surt` gives None).
 
     Simple URLs (see ``_SIMPLE_PAT``; canonical URLs nearly always are) get their key from column
@@ -99,10 +100,10 @@ def surts(urls: pa.Array | pa.ChunkedArray | Sequence[str | None]) -> pa.Array:
     arr = _as_string_array(urls)
     if len(arr) == 0:
         return pa.array([], pa.string())
-    return _in_blocks(_surts_block, arr)
+    return _in_blocks(lambda a: _surts_block(a, tuple(schemes)), arr)
 
 
-def _surts_block(arr: pa.Array) -> pa.Array:
+def _surts_block(arr: pa.Array, schemes: tuple[str, ...] = WEB_SCHEMES) -> pa.Array:
     import pyarrow.compute as pc
 
     n = len(arr)
@@ -151,7 +152,7 @@ def _surts_block(arr: pa.Array) -> pa.Array:
     rest = np.flatnonzero(~simple)
     if not len(rest):
         return done
-    slow = pa.array([None if u is None else surt(u) for u in arr.take(pa.array(rest)).to_pylist()], pa.string())
+    slow = pa.array([None if u is None else surt(u, schemes) for u in arr.take(pa.array(rest)).to_pylist()], pa.string())
     where = np.empty(n, np.int64)
     where[rows] = np.arange(m)
     where[rest] = m + np.arange(len(rest))

@@ -1,0 +1,208 @@
+"""The ftp protocol handler (crawl/ftp.py) and the fetcher's ftp path, against a real pyftpdlib server.
+
+The oracle is the FTP server's own log (tests/ftpserver.py: every command, every transfer, session
+open/close stamped by the server), the WARC files read back with warcio and the fetch rows with
+DuckDB, never the handler's own account of what it did.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import mimetypes
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import quote, unquote
+
+import pytest
+
+from crawl.ftp import LISTING_MIME, FtpLimits, fetch_ftp, listing_links
+from crawl.net import GuardedResolver, PrivateAddressError
+from tests.ftpserver import BIG_SIZE, make_tree, read_log
+
+CAP = 100_000
+HOST = "files.ftp.test"
+
+
+@dataclass
+class FtpServer:
+    proc: subprocess.Popen
+    port: int
+    root: Path
+    log: Path
+    files: dict[str, bytes]
+
+    @property
+    def rule(self) -> str:
+        return f"*.ftp.test=127.0.0.1:{self.port}"
+
+    def sessions(self, wait_s: float = 10.0):
+        """The server's sessions, once every one it opened has been logged closed (the client's
+        QUIT returns before the server writes its 'session closed' line)."""
+        deadline = time.monotonic() + wait_s
+        while True:
+            got = read_log(self.log, self.root)
+            if all(s.closed is not None for s in got) or time.monotonic() > deadline:
+                return got
+            time.sleep(0.05)
+
+
+@pytest.fixture
+def ftpd(tmp_path: Path):
+    root = tmp_path / "ftproot"
+    root.mkdir()
+    files = make_tree(root)
+    log = tmp_path / "ftpd.log"
+    proc = subprocess.Popen([sys.executable, str(Path(__file__).with_name("ftpserver.py")), str(root), str(log)],
+                            stdout=subprocess.PIPE, stderr=open(tmp_path / "ftpd.err", "wb"), text=True)
+    try:
+        line = proc.stdout.readline()
+        assert line.startswith("PORT "), f"ftp server did not start: {line!r} {(tmp_path / 'ftpd.err').read_text()}"
+        yield FtpServer(proc, int(line.split()[1]), root, log, files)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def _fetch(url: str, rules: list[str], cap: int = CAP):
+    async def run():
+        resolver = GuardedResolver(rules)
+        try:
+            return await fetch_ftp(url, FtpLimits(5.0, 5.0, 20.0, cap), resolver)
+        finally:
+            await resolver.close()
+    return asyncio.run(run())
+
+
+# --- handler level ----------------------------------------------------------------------------------
+
+def test_file_binary_listing_and_missing(ftpd: FtpServer) -> None:
+    r = _fetch(f"ftp://{HOST}/readme.txt", [ftpd.rule])
+    assert (r.status, r.body, r.content_type, r.truncated) == (200, ftpd.files["readme.txt"], "text/plain", None)
+    assert r.ip == "127.0.0.1"
+    b = _fetch(f"ftp://{HOST}/bin/blob.bin", [ftpd.rule])
+    assert b.status == 200 and b.body == ftpd.files["bin/blob.bin"] and b.truncated is None
+    sp = _fetch(f"ftp://{HOST}/pub/with%20space.txt", [ftpd.rule])
+    assert sp.status == 200 and sp.body == ftpd.files["pub/with space.txt"]
+    d = _fetch(f"ftp://{HOST}/pub/", [ftpd.rule])
+    assert d.status == 200 and d.is_listing and d.content_type.startswith(LISTING_MIME)
+    assert sorted(listing_links(f"ftp://{HOST}/pub/", d.body, "mlsd")) == [
+        f"ftp://{HOST}/pub/deep/", f"ftp://{HOST}/pub/notes.md", f"ftp://{HOST}/pub/with%20space.txt"]
+    assert _fetch(f"ftp://{HOST}/nope.txt", [ftpd.rule]).status == 404
+    redirect = _fetch(f"ftp://{HOST}/pub", [ftpd.rule])
+    assert (redirect.status, redirect.location) == (301, f"ftp://{HOST}/pub/")
+
+    sessions = ftpd.sessions()
+    assert len(sessions) == 6  # one session per fetch, each closed (QUIT) before the next opened
+    assert all(s.closed is not None for s in sessions)
+    # one at a time: a session's QUIT came before the next session opened
+    assert all(a.commands[-1][1] == "QUIT" and a.commands[-1][0] <= b.opened
+               for a, b in zip(sessions, sessions[1:], strict=False))
+    done = [t for s in sessions for t in s.transfers]
+    assert ("/readme.txt", True, len(ftpd.files["readme.txt"])) in done
+    assert ("/bin/blob.bin", True, 5000) in done
+    assert any(c.startswith("USER anonymous") for _, c in sessions[0].commands)
+
+
+def test_body_cap_aborts_the_transfer(ftpd: FtpServer) -> None:
+    r = _fetch(f"ftp://{HOST}/big.iso", [ftpd.rule], cap=CAP)
+    assert r.status == 200 and r.truncated == "length"
+    assert r.body == ftpd.files["big.iso"][:CAP]
+    (s,) = ftpd.sessions()
+    (path, completed, sent), = s.transfers
+    assert path == "/big.iso" and not completed and sent < BIG_SIZE  # the server saw the transfer cut
+
+
+def test_guard_refuses_loopback_without_a_rule(ftpd: FtpServer) -> None:
+    with pytest.raises(PrivateAddressError):
+        _fetch(f"ftp://127.0.0.1:{ftpd.port}/readme.txt", [])
+    with pytest.raises(PrivateAddressError):  # a name that resolves to loopback, no rule
+        _fetch(f"ftp://localhost:{ftpd.port}/readme.txt", [])
+    # a rule for another port does not open this one
+    with pytest.raises(PrivateAddressError):
+        _fetch(f"ftp://127.0.0.1:{ftpd.port}/readme.txt", [f"other.test=127.0.0.1:{ftpd.port}"])
+    assert ftpd.sessions() == []  # the server never saw a connection
+
+
+# --- a crawl of the FTP tree: rounds on an embedded Dask cluster ------------------------------------
+
+DELAY = 0.3
+
+
+def test_crawl_of_an_ftp_tree(ftpd: FtpServer, tmp_path: Path) -> None:
+    import duckdb
+
+    from crawl import round as rnd
+    from crawl.cluster import dask_client
+    from crawl.config import load_config
+    from crawl.warc import iter_records
+
+    cfg = load_config(overrides={
+        "root": str(tmp_path / "crawl"), "crawl_id": "ftp", "resolve": [ftpd.rule],
+        "allowed_schemes": ["http", "https", "ftp"], "politeness_delay_s": DELAY, "max_body_bytes": CAP,
+        "schedule_policy": "nutch",  # re-fetch intervals of at least a minute: each URL once in this test
+        "partitions": 2, "url_shards": 2, "round_duration_s": 60.0, "connect_timeout_s": 2.0,
+        "read_timeout_s": 4.0, "total_timeout_s": 8.0, "dask_workers": 1, "dask_dashboard": False,
+    }, use_env=False)
+    with dask_client(cfg) as client:
+        for i in range(5):  # /, then bin/ pub/, then pub/deep/, then nothing new is due
+            rnd.run_round(cfg, seeds=[f"ftp://{HOST}/"] if i == 0 else None, client=client)
+
+    sessions = ftpd.sessions()
+    # every file retrieved exactly once, completely, except the one over the cap (cut short)
+    retrieved = [t for s in sessions for t in s.transfers]
+    by_path: dict[str, list] = {}
+    for path, completed, sent in retrieved:
+        by_path.setdefault(path, []).append((completed, sent))
+    assert sorted(by_path) == sorted("/" + p for p in ftpd.files)
+    for rel, data in ftpd.files.items():
+        (completed, sent), = by_path["/" + rel]
+        if len(data) > CAP:
+            assert not completed and sent < len(data), rel
+        else:
+            assert completed and sent == len(data), rel
+    listed = [c.split(" ", 1)[1] for s in sessions for _, c in s.commands if c.startswith(("MLSD", "LIST"))]
+    assert sorted(listed) == ["/", "/bin/", "/pub/", "/pub/deep/"]  # every directory listed once
+    # one session at a time, and at least the delay between one session's end and the next's start
+    for a, b in zip(sessions, sessions[1:], strict=False):
+        assert a.closed is not None and a.commands[-1][0] <= b.opened, (a.peer, b.peer)
+        assert b.opened - a.commands[-1][0] >= DELAY, (a.peer, b.peer, b.opened - a.commands[-1][0])
+
+    # the page index (DuckDB over the published Parquet) has one resource row per capture
+    con = duckdb.connect()
+    rows = con.sql(f"""
+        SELECT url, url_protocol, url_host_name, fetch_status, content_mime_type, content_truncated, warc_type,
+               warc_filename, warc_record_offset, warc_record_length, content_digest
+        FROM read_parquet('{cfg.root}/index/*/*/*.parquet', hive_partitioning=true)
+        WHERE subset = 'warc' ORDER BY url
+    """).fetchall()
+    base = f"ftp://{HOST}/"
+    want_urls = sorted([base, base + "bin/", base + "pub/", base + "pub/deep/"]
+                       + [base + "/".join(quote(p) for p in rel.split("/")) for rel in ftpd.files])
+    assert [r[0] for r in rows] == want_urls
+    assert {(r[1], r[2], r[3], r[6]) for r in rows} == {("ftp", HOST, 200, "resource")}
+    truncated = {r[0]: r[5] for r in rows}
+    assert truncated[base + "big.iso"] == "length" and sum(v is not None for v in truncated.values()) == 1
+    assert {r[0]: r[4] for r in rows}[base + "bin/blob.bin"] == "application/octet-stream"
+
+    # each index row points at a resource record (warcio) holding the file's bytes (the cap's worth)
+    records = {}
+    for fname in {r[7] for r in rows}:
+        for rec in iter_records(cfg.root, fname):
+            records[(fname, rec.offset)] = rec
+    for url, *_, fname, off, length, digest in rows:
+        rec = records[(fname, off)]
+        assert rec.warc_type == "resource" and rec.url == url and rec.length == length
+        assert rec.warc_headers["WARC-Payload-Digest"].endswith(digest)
+        if not url.endswith("/"):
+            rel = unquote(url[len(base):])
+            assert rec.payload == ftpd.files[rel][:CAP]
+            assert rec.warc_headers["Content-Type"] == (mimetypes.guess_type(rel)[0] or "application/octet-stream")
+        else:
+            assert rec.warc_headers["Content-Type"].startswith(LISTING_MIME)
