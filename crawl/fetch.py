@@ -1072,14 +1072,21 @@ class _Fetcher:
         return {"warc_filename": self.names[subset], "_ref": self.writer.submit(write, len(r.body) + 1024)}
 
     def _store_resource(self, w: WarcFile, subset: str, url: str, t: datetime, r: _Response) -> dict[str, Any]:
-        """An FTP capture: one ``resource`` record (no HTTP exchange, so no request record and no
-        revisit: the file is stored as it came). FTP failures (404, 503...) store nothing; their
-        row says what happened."""
+        """An FTP capture: one ``resource`` record (no HTTP exchange, so no request record), or a
+        ``revisit`` without HTTP headers when the payload digest is known, as for HTTP. FTP
+        failures (404, 503...) store nothing; their row says what happened."""
         ctype = _header(r.headers, "content-type") or "application/octet-stream"
+        known = self.known
 
-        def write() -> tuple[RecordRef, str | None, None]:
-            ref = w.write_resource(url, t, ctype, r.body, r.ip, r.truncated)
-            return ref, ref.digest, None
+        def write() -> tuple[RecordRef, str | None, tuple[str, str] | None]:
+            digest = payload_digest(r.body)
+            prior = known.get(digest)
+            if prior is not None:
+                return (w.write_revisit(url, t, None, "", [], digest, prior[0], _parse_iso(prior[1]), ip=r.ip),
+                        digest, prior)
+            known[digest] = (url, t.isoformat())
+            ref = w.write_resource(url, t, ctype, r.body, r.ip, r.truncated, digest=digest)
+            return ref, digest, None
 
         return {"warc_filename": self.names[subset], "_ref": self.writer.submit(write, len(r.body) + 1024),
                 "_wtype": "resource"}
@@ -1106,8 +1113,9 @@ class _Fetcher:
             row["warc_record_offset"] = ref.offset
             row["warc_record_length"] = ref.length
             row["payload_digest"] = digest
+            kind = row.pop("_wtype", "response")
             if prior is None:
-                row["warc_type"] = row.pop("_wtype", "response")
+                row["warc_type"] = kind
             else:
                 row.update(warc_type="revisit", revisit_of_url=prior[0], revisit_of_date=prior[1])
                 self.stats["revisits"] += 1

@@ -24,7 +24,7 @@ HTML policy:
   and ``<meta http-equiv=refresh content="N; url=…">`` (kind ``redirect``), resolved against
   ``<base href>`` (itself resolved against the page URL) with :func:`crawl.url.resolve_many`, which
   gives :func:`crawl.url.resolve`'s answers for a whole partition at once (``_resolve_pages``); only
-  http(s) results are kept, so ``mailto:``, ``javascript:``, ``data:``, ``tel:`` are dropped, as are
+  results of the crawl's schemes (``allowed_schemes``: http(s), ftp opt-in) are kept, so ``mailto:``, ``javascript:``, ``data:``, ``tel:`` are dropped, as are
   empty and fragment-only hrefs (links to the page itself). A URL that appears twice on a page is
   kept once (first kind; ``nofollow`` only if every occurrence was nofollow).
 * robots: ``rel=nofollow`` per link; ``<meta name=robots|RecrawlBot content=…>`` and
@@ -57,7 +57,7 @@ from selectolax.lexbor import LexborHTMLParser
 from crawl.config import PARSER_SPEC_RE, PRODUCT_TOKEN
 from crawl.fingerprint import fingerprints
 from crawl.records import FETCHED, LINK_SCHEMA, PAGE_SCHEMA, REDIRECT
-from crawl.url import resolve_many
+from crawl.url import WEB_SCHEMES, resolve_many
 from crawl.warc import iter_records
 
 log = logging.getLogger(__name__)
@@ -525,9 +525,10 @@ class _Resolved:
     nofollow: np.ndarray  # bool
 
 
-def _resolve_pages(urls: list[str], raws: list[_RawLinks | None], max_outlinks: int | None) -> _Resolved:
+def _resolve_pages(urls: list[str], raws: list[_RawLinks | None], max_outlinks: int | None,
+                   schemes: tuple[str, ...] = WEB_SCHEMES) -> _Resolved:
     """Resolve the links and canonical URLs of many pages in two :func:`resolve_many` calls (``<base>``
-    first, then everything resolved against it), then per page: drop non-http(s) results, keep each
+    first, then everything resolved against it), then per page: drop results not of ``schemes``, keep each
     URL once (first kind; ``nofollow`` only if every occurrence was) and the first ``max_outlinks``.
 
     Why: one column call per partition instead of one scalar call per href; the per-page
@@ -536,7 +537,8 @@ def _resolve_pages(urls: list[str], raws: list[_RawLinks | None], max_outlinks: 
     bases = list(urls)
     with_base = [i for i, r in enumerate(raws) if r is not None and r.base_href]
     if with_base:
-        got = resolve_many([raws[i].base_href for i in with_base], [urls[i] for i in with_base]).to_pylist()
+        got = resolve_many([raws[i].base_href for i in with_base], [urls[i] for i in with_base],
+                           schemes).to_pylist()
         for i, b in zip(with_base, got, strict=True):
             bases[i] = b or urls[i]
     hrefs: list[str] = []
@@ -568,7 +570,7 @@ def _resolve_pages(urls: list[str], raws: list[_RawLinks | None], max_outlinks: 
             extra_b.append(urls[i])
             extra_page.append(i)
     n_links = len(hrefs)
-    resolved = resolve_many(hrefs + extra_h, hbase + extra_b)
+    resolved = resolve_many(hrefs + extra_h, hbase + extra_b, schemes)
 
     canonical: list[str | None] = [None] * len(urls)
     header_done = set()
@@ -672,14 +674,16 @@ def _parse_document(url: str, payload: bytes, headers: Mapping[str, str] | Itera
     return doc, raw
 
 
-def parse_partition(root: str, fetch_table: pa.Table, max_outlinks: int) -> tuple[pa.Table, pa.Table]:
+def parse_partition(root: str, fetch_table: pa.Table, max_outlinks: int,
+                    schemes: tuple[str, ...] = WEB_SCHEMES) -> tuple[pa.Table, pa.Table]:
     """Parse every stored response of a fetch partition; returns (PAGE_SCHEMA, LINK_SCHEMA) tables.
 
     Bodies are read back from the WARC files: each file once, sequentially, taking the records whose
     offsets the fetch rows point at (a partition's responses are most of its file, so one pass beats
     one range request per row). HTML links of the whole partition are resolved in one
-    :func:`crawl.url.resolve_many` call after the pass (``_resolve_pages``). Redirect rows add a
-    ``redirect`` link from URL to target.
+    :func:`crawl.url.resolve_many` call after the pass (``_resolve_pages``), keeping URLs of
+    ``schemes`` (the crawl's ``allowed_schemes``). Redirect rows add a ``redirect`` link from URL to
+    target.
     """
     status = fetch_table.column("status")
     warc_type = fetch_table.column("warc_type")
@@ -757,7 +761,7 @@ def parse_partition(root: str, fetch_table: pa.Table, max_outlinks: int) -> tupl
             log.warning("%s: %d fetch rows point at offsets with no record", fname, remaining)
 
     page_urls = page_cols["url"]
-    res = _resolve_pages(page_urls, raws, max_outlinks)
+    res = _resolve_pages(page_urls, raws, max_outlinks, tuple(schemes))
     for i, r in enumerate(raws):
         if r is not None:
             page_cols["canonical_url"][i] = res.canonical[i]

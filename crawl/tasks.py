@@ -209,7 +209,7 @@ def parse_task(cfg: CrawlConfig, round_no: int, part: int, fetch_stats: dict[str
         documents.schema.get_field_index("warc_filename"), "warc_filename",
         pc.binary_join_element_wise(store.staged(round_no, ""), documents.column("warc_filename"), ""))
     with media_limits(MediaLimits.from_config(cfg)):
-        pages, links = parse_partition(cfg.root, documents, cfg.max_outlinks_per_page)
+        pages, links = parse_partition(cfg.root, documents, cfg.max_outlinks_per_page, cfg.allowed_schemes)
     store.write_table(store.part_file(round_no, "pages", part), pages.cast(PAGE_SCHEMA))
     store.write_table(store.part_file(round_no, "rawlinks", part), links.cast(LINK_SCHEMA))
     stats = {"part": part, "pages": pages.num_rows, "links": links.num_rows}

@@ -258,7 +258,7 @@ class WarcFile:
         self,
         url: str,
         fetch_time: datetime,
-        http_status: int,
+        http_status: int | None,
         reason: str,
         headers: list[tuple[str, str]],
         payload_digest: str,
@@ -266,8 +266,9 @@ class WarcFile:
         refers_to_date: datetime,
         ip: str | None = None,
     ) -> RecordRef:
+        """``http_status`` None: the revisit of a ``resource`` capture (FTP), with no HTTP headers."""
         warc_headers = _warc_headers(fetch_time, ip)
-        http = StatusAndHeaders(
+        http = None if http_status is None else StatusAndHeaders(
             f"{int(http_status)} {reason}".rstrip(),
             [(n if n.lower() not in _RENAMED_HEADERS else "X-Crawler-" + n, v) for n, v in headers],
             protocol="HTTP/1.1",

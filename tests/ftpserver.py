@@ -29,6 +29,8 @@ TREE_TEXT = {
     "pub/notes.md": b"# Notes\n\nplain text in a nested directory\n",
     "pub/deep/leaf.txt": b"the deepest file\n",
     "pub/with space.txt": b"a name with a space\n",
+    # an HTML page on FTP: its relative links resolve against its ftp:// URL
+    "pub/index.html": b'<html><title>ftp page</title><a href="../readme.txt">up</a> <a href="deep/">down</a></html>',
 }
 
 

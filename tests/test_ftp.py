@@ -93,7 +93,8 @@ def test_file_binary_listing_and_missing(ftpd: FtpServer) -> None:
     d = _fetch(f"ftp://{HOST}/pub/", [ftpd.rule])
     assert d.status == 200 and d.is_listing and d.content_type.startswith(LISTING_MIME)
     assert sorted(listing_links(f"ftp://{HOST}/pub/", d.body, "mlsd")) == [
-        f"ftp://{HOST}/pub/deep/", f"ftp://{HOST}/pub/notes.md", f"ftp://{HOST}/pub/with%20space.txt"]
+        f"ftp://{HOST}/pub/deep/", f"ftp://{HOST}/pub/index.html", f"ftp://{HOST}/pub/notes.md",
+        f"ftp://{HOST}/pub/with%20space.txt"]
     assert _fetch(f"ftp://{HOST}/nope.txt", [ftpd.rule]).status == 404
     redirect = _fetch(f"ftp://{HOST}/pub", [ftpd.rule])
     assert (redirect.status, redirect.location) == (301, f"ftp://{HOST}/pub/")
@@ -176,6 +177,13 @@ def test_crawl_of_an_ftp_tree(ftpd: FtpServer, tmp_path: Path) -> None:
 
     # the page index (DuckDB over the published Parquet) has one resource row per capture
     con = duckdb.connect()
+    # an HTML file on the server is parsed like a web page: relative links resolve to ftp:// URLs
+    html_links = con.sql(f"""
+        SELECT to_url, kind FROM read_parquet('{cfg.root}/links/*/*/*.parquet') l
+        JOIN read_parquet('{cfg.root}/index/*/*/*.parquet', hive_partitioning=true) i ON i.url_hash = l.from_hash
+        WHERE i.url = 'ftp://{HOST}/pub/index.html' ORDER BY 1
+    """).fetchall()
+    assert html_links == [(f"ftp://{HOST}/pub/deep/", "a"), (f"ftp://{HOST}/readme.txt", "a")]
     rows = con.sql(f"""
         SELECT url, url_protocol, url_host_name, fetch_status, content_mime_type, content_truncated, warc_type,
                warc_filename, warc_record_offset, warc_record_length, content_digest
@@ -206,3 +214,54 @@ def test_crawl_of_an_ftp_tree(ftpd: FtpServer, tmp_path: Path) -> None:
             assert rec.warc_headers["Content-Type"] == (mimetypes.guess_type(rel)[0] or "application/octet-stream")
         else:
             assert rec.warc_headers["Content-Type"].startswith(LISTING_MIME)
+
+
+def test_fetch_partition_ftp_rows_and_revisit(ftpd: FtpServer, tmp_path: Path) -> None:
+    """The fetcher's ftp path on its own: a known payload digest makes a revisit record (no second
+    copy of the bytes), a missing file is gone, a directory without its slash redirects, and an
+    ftp URL in a crawl that did not opt in is refused without a connection."""
+    from datetime import UTC, datetime
+
+    import pyarrow as pa
+
+    from crawl.config import load_config
+    from crawl.fetch import fetch_partition
+    from crawl.fingerprint import payload_digest
+    from crawl.records import FETCHLIST_SCHEMA
+    from crawl.url import url_hash
+    from crawl.warc import read_record
+
+    base = f"ftp://{HOST}/"
+    urls = [base + "readme.txt", base + "bin/blob.bin", base + "nope.txt", base + "pub"]
+    fl = pa.Table.from_pylist([{"url": u, "url_hash": url_hash(u), "host": HOST, "depth": 1, "pkey": HOST}
+                               for u in urls], schema=FETCHLIST_SCHEMA)
+    overrides = {"root": str(tmp_path / "c"), "crawl_id": "f", "resolve": [ftpd.rule], "politeness_delay_s": 0.2,
+                 "max_body_bytes": CAP, "allowed_schemes": ["http", "https", "ftp"]}
+    cfg = load_config(overrides=overrides, use_env=False)
+    known = {payload_digest(ftpd.files["readme.txt"]): ("ftp://elsewhere.ftp.test/readme.txt",
+                                                        "2026-01-02T03:04:05.000+00:00")}
+    out = fetch_partition(cfg, fl, root=cfg.root, warc_prefix="p0", now=datetime.now(UTC), known_digests=known)
+    rows = {r["url"]: r for r in out.fetches.to_pylist()}
+    assert set(rows) == {*urls, base + "pub/"}  # the redirect hop was followed in the same task
+    rd = rows[base + "readme.txt"]
+    assert (rd["status"], rd["warc_type"], rd["revisit_of_url"]) == ("fetched", "revisit",
+                                                                    "ftp://elsewhere.ftp.test/readme.txt")
+    rec = read_record(cfg.root, rd["warc_filename"], rd["warc_record_offset"], rd["warc_record_length"])
+    assert rec.warc_type == "revisit" and rec.payload == b"" and rec.http_status == 0
+    assert rec.warc_headers["WARC-Refers-To-Target-URI"] == "ftp://elsewhere.ftp.test/readme.txt"
+    blob = rows[base + "bin/blob.bin"]
+    assert (blob["status"], blob["warc_type"], blob["http_status"]) == ("fetched", "resource", 200)
+    assert read_record(cfg.root, blob["warc_filename"], blob["warc_record_offset"],
+                       blob["warc_record_length"]).payload == ftpd.files["bin/blob.bin"]
+    assert (rows[base + "nope.txt"]["status"], rows[base + "nope.txt"]["warc_filename"]) == ("gone", None)
+    assert (rows[base + "pub"]["status"], rows[base + "pub"]["redirect_location"]) == ("redirect", base + "pub/")
+    assert rows[base + "pub/"]["warc_type"] == "resource"
+    assert not [r for r in rows.values() if r["subset"] == "robotstxt"]  # no robots.txt in FTP
+    n_sessions = len(ftpd.sessions())
+    assert n_sessions == 5
+
+    # not opted in: the fetcher refuses ftp URLs before any connection
+    web_only = load_config(overrides={**overrides, "allowed_schemes": ["http", "https"]}, use_env=False)
+    out = fetch_partition(web_only, fl, root=str(tmp_path / "w"), warc_prefix="p0", now=datetime.now(UTC))
+    assert {r["status"] for r in out.fetches.to_pylist()} == {"filtered"}
+    assert len(ftpd.sessions()) == n_sessions

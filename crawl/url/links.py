@@ -14,15 +14,17 @@ from collections.abc import Sequence
 import pyarrow as pa
 
 from crawl.url.columns import _MISSING, _as_string_array
-from crawl.url.parse import resolve
+from crawl.url.parse import WEB_SCHEMES, resolve
 
 
 def resolve_many(
     hrefs: Sequence[str | None] | pa.Array | pa.ChunkedArray,
     bases: Sequence[str | None] | pa.Array | pa.ChunkedArray,
+    schemes: tuple[str, ...] = WEB_SCHEMES,
 ) -> pa.Array:
     """:func:`resolve` of ``hrefs[i]`` against ``bases[i]`` for every row -> Arrow string array, null
-    where the result is not an http(s) URL (or the href is null)."""
+    where the result is not a URL of ``schemes`` (http(s) by default) or the href is null."""
+    schemes = tuple(schemes)
     h = _as_string_array(hrefs)
     b = _as_string_array(bases)
     if len(b) != len(h):
@@ -33,6 +35,6 @@ def resolve_many(
     for key in zip(h.to_pylist(), b.to_pylist(), strict=True):
         r = cache.get(key, _MISSING)
         if r is _MISSING:
-            r = cache[key] = None if key[0] is None else resolve(key[0], key[1])
+            r = cache[key] = None if key[0] is None else resolve(key[0], key[1], schemes)
         append(r)  # type: ignore[arg-type]
     return pa.array(out, type=pa.string())
