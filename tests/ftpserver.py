@@ -1,10 +1,12 @@
 """A real FTP server for tests: pyftpdlib, anonymous and read-only, on loopback, as a subprocess.
 
-Run as ``python tests/ftpserver.py ROOT LOG``: serves ROOT on 127.0.0.1 (a free port, printed as
+Run as ``python tests/ftpserver.py ROOT LOG [PASV_ADDRESS]``: serves ROOT on 127.0.0.1 (a free port, printed as
 ``PORT <n>`` on stdout once listening) and writes pyftpdlib's own log to LOG at DEBUG level, where it
 logs every command and reply of every session, each line stamped with the server's wall clock. That
 log is the tests' oracle (:func:`read_log`): who connected when, which commands, which transfers
-completed, nothing taken from the crawler under test.
+completed, nothing taken from the crawler under test. With PASV_ADDRESS the server refuses ``EPSV``
+and names that address in its ``PASV`` replies (a server aiming the client's data connection
+elsewhere: the FTP bounce), while its data port still listens on 127.0.0.1.
 
 :func:`make_tree` writes the test tree: text files, a binary, a nested directory, a name with a
 space, and a file bigger than the test's body cap.
@@ -105,9 +107,18 @@ def main() -> None:
     logger.propagate = False
     auth = DummyAuthorizer()
     auth.add_anonymous(root)  # read-only: perm "elr"
-    FTPHandler.authorizer = auth
-    FTPHandler.banner = "recrawl test FTP server"
-    server = FTPServer(("127.0.0.1", 0), FTPHandler)
+    handler_cls = FTPHandler
+    if len(sys.argv) > 3:
+        class PasvOnly(FTPHandler):
+            masquerade_address = sys.argv[3]
+
+            def ftp_EPSV(self, line):  # noqa: N802 - pyftpdlib's command method name
+                self.respond("502 EPSV not implemented here.")
+
+        handler_cls = PasvOnly
+    handler_cls.authorizer = auth
+    handler_cls.banner = "recrawl test FTP server"
+    server = FTPServer(("127.0.0.1", 0), handler_cls)
     print(f"PORT {server.address[1]}", flush=True)
     server.serve_forever(timeout=0.2)
 

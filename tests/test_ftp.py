@@ -49,13 +49,13 @@ class FtpServer:
             time.sleep(0.05)
 
 
-@pytest.fixture
-def ftpd(tmp_path: Path):
+def _start(tmp_path: Path, *extra: str):
     root = tmp_path / "ftproot"
     root.mkdir()
     files = make_tree(root)
     log = tmp_path / "ftpd.log"
-    proc = subprocess.Popen([sys.executable, str(Path(__file__).with_name("ftpserver.py")), str(root), str(log)],
+    proc = subprocess.Popen([sys.executable, str(Path(__file__).with_name("ftpserver.py")), str(root), str(log),
+                             *extra],
                             stdout=subprocess.PIPE, stderr=open(tmp_path / "ftpd.err", "wb"), text=True)
     try:
         line = proc.stdout.readline()
@@ -68,6 +68,17 @@ def ftpd(tmp_path: Path):
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+@pytest.fixture
+def ftpd(tmp_path: Path):
+    yield from _start(tmp_path)
+
+
+@pytest.fixture
+def ftpd_bounce(tmp_path: Path):
+    """A server whose PASV replies name another address (10.9.8.7) and that has no EPSV."""
+    yield from _start(tmp_path, "10.9.8.7")
 
 
 def _fetch(url: str, rules: list[str], cap: int = CAP):
@@ -129,6 +140,17 @@ def test_guard_refuses_loopback_without_a_rule(ftpd: FtpServer) -> None:
     with pytest.raises(PrivateAddressError):
         _fetch(f"ftp://127.0.0.1:{ftpd.port}/readme.txt", [f"other.test=127.0.0.1:{ftpd.port}"])
     assert ftpd.sessions() == []  # the server never saw a connection
+
+
+def test_pasv_address_is_ignored(ftpd_bounce: FtpServer) -> None:
+    """The data connection goes to the control connection's address, never where PASV points."""
+    r = _fetch(f"ftp://{HOST}/readme.txt", [ftpd_bounce.rule])
+    assert (r.status, r.body) == (200, ftpd_bounce.files["readme.txt"])
+    (s,) = ftpd_bounce.sessions()
+    cmds = [c for _, c in s.commands]
+    assert "EPSV" in cmds and "PASV" in cmds  # EPSV refused, PASV answered with 10.9.8.7
+    assert s.transfers == [("/readme.txt", True, len(ftpd_bounce.files["readme.txt"]))]
+    assert "10,9,8,7" in ftpd_bounce.log.read_text()
 
 
 # --- a crawl of the FTP tree: rounds on an embedded Dask cluster ------------------------------------
