@@ -1,12 +1,13 @@
 """A real FTP server for tests: pyftpdlib, anonymous and read-only, on loopback, as a subprocess.
 
-Run as ``python tests/ftpserver.py ROOT LOG [PASV_ADDRESS]``: serves ROOT on 127.0.0.1 (a free port, printed as
+Run as ``python tests/ftpserver.py ROOT LOG [--pasv-address A] [--busy-once NAME]``: serves ROOT on 127.0.0.1 (a free port, printed as
 ``PORT <n>`` on stdout once listening) and writes pyftpdlib's own log to LOG at DEBUG level, where it
 logs every command and reply of every session, each line stamped with the server's wall clock. That
 log is the tests' oracle (:func:`read_log`): who connected when, which commands, which transfers
-completed, nothing taken from the crawler under test. With PASV_ADDRESS the server refuses ``EPSV``
-and names that address in its ``PASV`` replies (a server aiming the client's data connection
-elsewhere: the FTP bounce), while its data port still listens on 127.0.0.1.
+completed, nothing taken from the crawler under test. With ``--pasv-address`` the server refuses
+``EPSV`` and names that address in its ``PASV`` replies (a server aiming the client's data connection
+elsewhere: the FTP bounce), while its data port still listens on 127.0.0.1. With ``--busy-once`` the
+first ``RETR`` of that file is answered ``421`` and the session closed (an overloaded server).
 
 :func:`make_tree` writes the test tree: text files, a binary, a nested directory, a name with a
 space, and a file bigger than the test's body cap.
@@ -17,7 +18,6 @@ from __future__ import annotations
 import logging
 import random
 import re
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -94,11 +94,19 @@ def read_log(path: Path, root: Path) -> list[Session]:
 
 
 def main() -> None:
+    import argparse
+
     from pyftpdlib.authorizers import DummyAuthorizer
     from pyftpdlib.handlers import FTPHandler
     from pyftpdlib.servers import FTPServer
 
-    root, log = sys.argv[1], sys.argv[2]
+    ap = argparse.ArgumentParser()
+    ap.add_argument("root")
+    ap.add_argument("log")
+    ap.add_argument("--pasv-address")
+    ap.add_argument("--busy-once")
+    args = ap.parse_args()
+    root, log = args.root, args.log
     logger = logging.getLogger("pyftpdlib")
     handler = logging.FileHandler(log)
     handler.setFormatter(logging.Formatter("%(created).6f %(message)s"))
@@ -107,15 +115,27 @@ def main() -> None:
     logger.propagate = False
     auth = DummyAuthorizer()
     auth.add_anonymous(root)  # read-only: perm "elr"
-    handler_cls = FTPHandler
-    if len(sys.argv) > 3:
-        class PasvOnly(FTPHandler):
-            masquerade_address = sys.argv[3]
+    busy = {args.busy_once} if args.busy_once else set()
 
-            def ftp_EPSV(self, line):  # noqa: N802 - pyftpdlib's command method name
+    class TestHandler(FTPHandler):
+        masquerade_address = args.pasv_address
+
+        def ftp_EPSV(self, line):  # noqa: N802 - pyftpdlib's command method names
+            if args.pasv_address:
                 self.respond("502 EPSV not implemented here.")
+            else:
+                super().ftp_EPSV(line)
 
-        handler_cls = PasvOnly
+        def ftp_RETR(self, file):  # noqa: N802
+            name = file.rsplit("/", 1)[-1]
+            if name in busy:
+                busy.discard(name)
+                self.respond("421 Too busy, try again later.")
+                self.close_when_done()
+                return None
+            return super().ftp_RETR(file)
+
+    handler_cls = TestHandler
     handler_cls.authorizer = auth
     handler_cls.banner = "recrawl test FTP server"
     server = FTPServer(("127.0.0.1", 0), handler_cls)

@@ -78,7 +78,13 @@ def ftpd(tmp_path: Path):
 @pytest.fixture
 def ftpd_bounce(tmp_path: Path):
     """A server whose PASV replies name another address (10.9.8.7) and that has no EPSV."""
-    yield from _start(tmp_path, "10.9.8.7")
+    yield from _start(tmp_path, "--pasv-address", "10.9.8.7")
+
+
+@pytest.fixture
+def ftpd_busy(tmp_path: Path):
+    """A server that answers the first RETR of readme.txt with 421 (and closes the session)."""
+    yield from _start(tmp_path, "--busy-once", "readme.txt")
 
 
 def _fetch(url: str, rules: list[str], cap: int = CAP):
@@ -287,3 +293,32 @@ def test_fetch_partition_ftp_rows_and_revisit(ftpd: FtpServer, tmp_path: Path) -
     out = fetch_partition(web_only, fl, root=str(tmp_path / "w"), warc_prefix="p0", now=datetime.now(UTC))
     assert {r["status"] for r in out.fetches.to_pylist()} == {"filtered"}
     assert len(ftpd.sessions()) == n_sessions
+
+
+def test_421_backs_the_server_off(ftpd_busy: FtpServer, tmp_path: Path) -> None:
+    """421 is the FTP server's 503: the fetcher retries the file after the backoff, in the same task,
+    and the server's log shows the retry no sooner than the backoff's lower bound."""
+    from datetime import UTC, datetime
+
+    import pyarrow as pa
+
+    from crawl.config import load_config
+    from crawl.fetch import fetch_partition
+    from crawl.records import FETCHLIST_SCHEMA
+    from crawl.url import url_hash
+
+    url = f"ftp://{HOST}/readme.txt"
+    fl = pa.Table.from_pylist([{"url": url, "url_hash": url_hash(url), "host": HOST, "depth": 0, "pkey": HOST}],
+                              schema=FETCHLIST_SCHEMA)
+    cfg = load_config(overrides={"root": str(tmp_path / "c"), "crawl_id": "b", "resolve": [ftpd_busy.rule],
+                                 "allowed_schemes": ["ftp"], "politeness_delay_s": 0.0, "backoff_base_s": 1.0,
+                                 "backoff_jitter": 0.1}, use_env=False)
+    out = fetch_partition(cfg, fl, root=cfg.root, warc_prefix="p0", now=datetime.now(UTC))
+    rows = sorted(out.fetches.to_pylist(), key=lambda r: r["fetch_time"])
+    assert [(r["status"], r["error"]) for r in rows] == [("retry", "http_503"), ("fetched", None)]
+    assert 0.9 <= rows[0]["retry_after_s"] <= 1.1
+    first, second = ftpd_busy.sessions()
+    refused = [t for t, c in first.commands if c.startswith("RETR")]
+    retried = [t for t, c in second.commands if c.startswith("RETR")]
+    assert first.transfers == [] and second.transfers == [("/readme.txt", True, len(ftpd_busy.files["readme.txt"]))]
+    assert retried[0] - refused[0] >= 0.9  # the server saw the backoff
