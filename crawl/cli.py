@@ -5,7 +5,8 @@ flags. An invalid value exits with status 2 and a message naming the key; bad se
 status 2 and list every bad seed, and nothing is written. A round refused because another round of
 the crawl holds its lease (or whose lease was taken over) exits with status 3 and names the lease's
 owner; a Dask cluster that cannot run the round (no workers within ``dask_wait_for_workers_s``)
-exits with status 4 and names the scheduler.
+exits with status 4 and names the scheduler. ``round`` and ``run`` warn about a degraded round
+(:mod:`crawl.health`) and, with ``--strict``, exit with status 5.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from crawl.progress import make_progress
 
 EXIT_LEASE = 3
 EXIT_CLUSTER = 4
+EXIT_DEGRADED = 5
 
 STEPS = ("inject", "generate", "fetch_parse", "update", "reprioritise", "publish")
 
@@ -103,12 +105,16 @@ def build_parser() -> argparse.ArgumentParser:
     _common(p)
     p.add_argument("--seeds", nargs="*", help=SEEDS_HELP)
     p.add_argument("--now", help="the round's time (ISO 8601; default: now)")
+    p.add_argument("--strict", action="store_true",
+                   help="exit with status 5 when a round is degraded (crawl.health: hosts unreachable, few answers)")
 
     p = sub.add_parser("run", help="run N rounds")
     _common(p)
     p.add_argument("--seeds", nargs="*", help=SEEDS_HELP)
     p.add_argument("--rounds", type=int, default=1)
     p.add_argument("--now", help="time of the first round (ISO 8601; default: now)")
+    p.add_argument("--strict", action="store_true",
+                   help="exit with status 5 when a round is degraded (crawl.health: hosts unreachable, few answers)")
 
     p = sub.add_parser("stats", help="crawl summary (JSON)")
     _common(p)
@@ -165,8 +171,10 @@ def _dispatch(args: argparse.Namespace, cfg: CrawlConfig) -> int:
             summary = rnd.run_round(cfg, args.seeds, _now(args.now), progress=progress)
         summary["report"] = rnd.report(cfg, summary["round"])["path"]
         print(json.dumps(summary, default=str))
+        if summary.get("degraded"):
+            return _degraded([summary], args.strict)
     elif args.cmd == "run":
-        _run(cfg, args)
+        return _run(cfg, args)
     elif args.cmd == "report":
         return _report(cfg, args)
     elif args.cmd == "stats":
@@ -247,7 +255,18 @@ def _step(cfg: CrawlConfig, args: argparse.Namespace) -> dict[str, Any]:
         return rnd.publish(cfg, args.round, lease=lease)
 
 
-def _run(cfg: CrawlConfig, args: argparse.Namespace) -> None:
+def _degraded(summaries: list[dict[str, Any]], strict: bool) -> int:
+    """Warn about degraded rounds; with --strict they make the command fail (status 5)."""
+    from crawl.health import describe
+
+    bad = [s for s in summaries if s.get("degraded")]
+    for s in bad:
+        print(f"{'error' if strict else 'warning'}: round {s['round']} is degraded: {describe(s.get('health', {}))}",
+              file=sys.stderr)
+    return EXIT_DEGRADED if bad and strict else 0
+
+
+def _run(cfg: CrawlConfig, args: argparse.Namespace) -> int:
     from datetime import timedelta
 
     from crawl import round as rnd
@@ -256,6 +275,7 @@ def _run(cfg: CrawlConfig, args: argparse.Namespace) -> None:
 
     start = _now(args.now) if args.now else None
     totals = {"fetched": 0, "new_urls": 0, "duplicates": 0, "near_duplicates": 0, "errors": 0, "seconds": 0.0}
+    summaries: list[dict[str, Any]] = []
     if args.seeds:
         rnd.validate_seeds(args.seeds, cfg)
     # A live bar per step on a terminal (pages/s, ETA), plain lines otherwise (crawl.progress).
@@ -265,6 +285,7 @@ def _run(cfg: CrawlConfig, args: argparse.Namespace) -> None:
             summary = rnd.run_round(cfg, args.seeds if i == 0 else None, now, progress=progress, client=client,
                                     lease=lease)
             progress(f"round {summary['round']} report: {rnd.report(cfg, summary['round'])['path']}")
+            summaries.append(summary)
             fp, up = summary["fetch_parse"], summary["update"]
             totals["fetched"] += fp.get("fetched", 0)
             totals["seconds"] += fp.get("seconds", 0.0)
@@ -277,6 +298,7 @@ def _run(cfg: CrawlConfig, args: argparse.Namespace) -> None:
     print(f"summary: {args.rounds} round(s), {totals['fetched']} fetched, {totals['new_urls']} new URLs, "
           f"{totals['duplicates']} duplicates, {totals['near_duplicates']} near-duplicates, "
           f"{totals['errors']} errors, {rate:.1f} pages/s (fetch+parse)")
+    return _degraded(summaries, args.strict)
 
 
 if __name__ == "__main__":

@@ -338,6 +338,9 @@ def _publish(cfg: CrawlConfig, round_no: int, lease: Lease) -> dict[str, Any]:
         s = store.read_json(store.round_dir(round_no, f"{step}.json"), {})
         s.pop("per_partition", None)
         summary[step] = s
+    round_health = store.read_json(store.round_dir(round_no, "health.json")) or {}
+    summary["degraded"] = bool(round_health.get("degraded"))  # crawl.health: the round's health gate
+    summary["health"] = round_health
     lease.check(f"publish of round {round_no}")
     store.publish(round_no, summary)
     return summary

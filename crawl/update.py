@@ -32,7 +32,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from crawl import crawldb, index, seen
+from crawl import crawldb, health, index, seen
 from crawl.config import CrawlConfig
 from crawl.records import FETCH_SCHEMA, LINK_SCHEMA, PAGE_SCHEMA, SITEMAP_SCHEMA
 from crawl.store import Store
@@ -101,6 +101,10 @@ def update(cfg: CrawlConfig, round_no: int, now: datetime, client: Any = None) -
     fetch_parts = _parts(store, round_no, "fetched")
     fetched_all = _read_with_part(store, fetch_parts)
     pages = store.read_tables(_parts(store, round_no, "pages"), PAGE_SCHEMA)
+    # the health gate first: merge_shard reads it (a degraded round's failures do not count towards gone)
+    planned = int((store.read_json(store.round_dir(round_no, "generate.json")) or {}).get("urls", 0))
+    round_health = health.assess(cfg, planned, fetched_all)
+    store.write_json(store.round_dir(round_no, "health.json"), round_health)
     stats, link_graph = prepare(cfg, store, round_no, fetched_all, pages)
 
     shards = list(range(cfg.url_shards))
@@ -133,6 +137,7 @@ def update(cfg: CrawlConfig, round_no: int, now: datetime, client: Any = None) -
         "near_duplicates": status_counts.get("near_duplicate", 0),
         "changed": sum(st["changed"] for st in shard_stats),
         "known": sum(st["known"] for st in shard_stats),
+        "health": round_health,
     }
 
 
@@ -390,6 +395,8 @@ def merge_shard(cfg: CrawlConfig, round_no: int, shard: int) -> dict[str, Any]:
     fupd = store.read_table(_shard_rel(store, round_no, "fetch", shard), FETCH_UPDATE_SCHEMA)
     new = store.read_table(_shard_rel(store, round_no, "new", shard), crawldb.CRAWLDB_SCHEMA)
     k = cfg.simhash_max_distance
+    # a degraded round (crawl.health) says more about our reach than about the URL: no retry step
+    retry_step = 0 if (store.read_json(store.round_dir(round_no, "health.json")) or {}).get("degraded") else 1
     con = duckdb.connect()
     con.register("db", db)
     con.register("u", fupd)
@@ -410,7 +417,7 @@ def merge_shard(cfg: CrawlConfig, round_no: int, shard: int) -> dict[str, Any]:
             AS check_count,
           coalesce(d.change_count, 0) + CASE WHEN changed THEN 1 ELSE 0 END AS change_count,
           CASE WHEN changed THEN u.fetch_time ELSE d.last_change_time END AS last_change_time,
-          CASE WHEN u.fetch_status = 'retry' THEN coalesce(d.retry_count, 0) + 1
+          CASE WHEN u.fetch_status = 'retry' THEN coalesce(d.retry_count, 0) + {retry_step}
                WHEN u.fetch_status IN ('deferred', 'filtered') THEN coalesce(d.retry_count, 0)
                ELSE 0 END AS retry_count,
           d.next_fetch_time, d.priority,

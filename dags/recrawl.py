@@ -41,6 +41,10 @@ while the lease is live; a retried step takes a new fencing token, which stops a
 fetchers still running on the cluster. A run that dies leaves the lease to expire
 (``lease_expiry_s``).
 
+Health. A degraded round (``crawl.health``: most hosts unreachable, or few planned URLs answered) is
+published with ``degraded`` in its manifest; the ``report`` task then fails (``degraded_fails_dag``,
+default) or logs a warning.
+
 Retries. Every task retries (``RECRAWL_TASK_RETRIES``, default 3) with exponential backoff from 30 s,
 capped at 15 min; bad input (config values, seeds) fails at once instead, since retrying cannot help.
 """
@@ -262,6 +266,13 @@ def recrawl() -> None:
         run_id = context.get("run_id") or getattr(context.get("dag_run"), "run_id", None)
         written = rnd.report(cfg, prioritised["round"], origin={"dag_id": DAG_ID, "run_id": run_id})
         log.info("report: %s", written["path"])
+        if stats.get("degraded"):  # crawl.health: published, but its hosts were mostly unreachable
+            from crawl.health import describe
+
+            msg = f"round {prioritised['round']} is degraded: {describe(stats.get('health', {}))}"
+            if cfg.degraded_fails_dag:
+                raise AirflowFailException(msg)  # published already: retrying cannot change it
+            log.warning(msg)
         return {"crawl_id": cfg.crawl_id, "round": prioritised["round"], "report": written["path"], **_small(stats)}
 
     report(reprioritise(update(fetch_parse(generate(inject())))))

@@ -272,3 +272,103 @@ def test_unpublished_round_is_invisible_and_litter_is_cleaned(simweb, tmp_path):
         assert fname.startswith("warc/crawl=res/round="), fname
         rec = read_record(cfg.root, fname, off, length)
         assert rec.url == url and rec.warc_type in ("response", "revisit"), (url, fname, off)
+
+
+def test_web_down_round_is_degraded_and_does_not_push_urls_to_gone(make_simweb, tmp_path):
+    sw = make_simweb()
+    cfg = _cfg(tmp_path / "down", sw)
+    store = Store(cfg.root, cfg.crawl_id)
+    rnd.run_round(cfg, sw.seed_urls(4), T0)
+    assert store.read_json(store.round_dir(1, "manifest.json"))["degraded"] is False
+    sw.stop()  # the whole web is down from here on
+    for r, strict in ((2, True), (3, False)):
+        started = time.monotonic()
+        out = subprocess.run(_cli(cfg, "round", *(["--strict"] if strict else []),
+                                  "--now", (T0 + timedelta(hours=r - 1)).isoformat()),
+                             capture_output=True, text=True, timeout=300)
+        print(f"\nweb down, round {r}: exit {out.returncode} in {time.monotonic() - started:.1f} s: "
+              f"{out.stderr.strip().splitlines()[-1]}")
+        assert out.returncode == (5 if strict else 0), out.stderr[-2000:]
+        assert f"round {r} is degraded" in out.stderr and "connection failures" in out.stderr
+        manifest = store.read_json(store.round_dir(r, "manifest.json"))
+        assert store.current_round() == r and manifest["degraded"] is True
+        assert manifest["health"]["host_failure_share"] > 0.5 and manifest["health"]["answered"] == 0
+    db = crawldb.read(store, 3, cfg.url_shards)
+    statuses = db.column("status").to_pylist()
+    retries = db.column("retry_count").to_pylist()
+    assert statuses.count("retry") > 10, "the rounds tried URLs and failed"
+    assert "gone" not in statuses and max(retries) == 0, "a degraded round's failures must not count towards gone"
+
+
+def _gaps(access_log: Path, since: float, delay: float) -> dict[str, float]:
+    """Requests, repeated page requests and politeness from the server's log (RecrawlBot only)."""
+    import duckdb
+
+    time.sleep(1.3)  # the server flushes its log every second
+    con = duckdb.connect()
+    con.register("log", read_log(access_log))
+    row = con.execute("""
+        WITH r AS (SELECT host, path, start FROM log WHERE start >= ? AND user_agent LIKE 'RecrawlBot%'),
+        g AS (SELECT start - lag(start) OVER (PARTITION BY host ORDER BY start) AS gap FROM r),
+        d AS (SELECT count(*) - 1 AS extra FROM r WHERE path <> '/robots.txt' GROUP BY host, path
+              HAVING count(*) > 1)
+        SELECT (SELECT count(*) FROM r), (SELECT coalesce(sum(extra), 0) FROM d),
+               (SELECT count(*) FROM g WHERE gap < ?), (SELECT min(gap) FROM g)""", [since, delay]).fetchone()
+    con.close()
+    return {"requests": row[0], "repeated": int(row[1]), "gaps_below_delay": row[2], "min_gap_s": row[3]}
+
+
+def test_scheduler_killed_mid_fetch_then_immediate_rerun_stays_polite(make_simweb, tmp_path):
+    """The scheduler dies mid-fetch; its workers' fetch threads must stop, and a rerun on a new
+    scheduler with new workers, started at once, must never overlap their requests."""
+    sw = make_simweb()
+    delay = 0.5
+    t1 = T0 + timedelta(hours=1)
+    ref = _cfg(tmp_path / "ref", sw, politeness_delay_s=delay, partitions=2)
+    rnd.run_round(ref, sw.seed_urls(4), T0)
+    rnd.run_round(ref, None, t1)
+
+    address, sched = start_scheduler(tmp_path)
+    workers = start_workers(address, 2, "old")
+    cfg = _cfg(tmp_path / "sk", sw, politeness_delay_s=delay, partitions=2, dask_address=address)
+    store = Store(cfg.root, cfg.crawl_id)
+    new: list[subprocess.Popen] = []
+    try:
+        rnd.run_round(cfg, sw.seed_urls(4), T0)
+        since = time.time()
+        started = time.monotonic()
+        proc = subprocess.Popen(_cli(cfg, "round", "--now", t1.isoformat()), stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and proc.poll() is None:
+            rec = lease.current(store)
+            if rec is not None and rec.phase == lease.FETCH_PHASE:
+                log = read_log(sw.access_log)
+                if (pc.sum(pc.greater_equal(log["start"], since)).as_py() or 0) > 10:
+                    break
+            time.sleep(0.2)
+        assert proc.poll() is None, "the round ended before the scheduler could be killed"
+        sched.send_signal(signal.SIGKILL)
+        killed_at = time.time()
+        _, err = proc.communicate(timeout=120)
+        print(f"\nfirst attempt: exit {proc.returncode}: {err.strip().splitlines()[-1]}")
+        assert proc.returncode != 0 and store.current_round() == 1
+        # at once: a new scheduler, new workers, the rerun
+        address2, sched2 = start_scheduler(tmp_path)
+        new = [sched2, *start_workers(address2, 2, "new")]
+        rerun_at = time.time()
+        out = subprocess.run(_cli(cfg.replace(dask_address=address2), "round", "--now", t1.isoformat()),
+                             capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0, out.stderr[-2000:]
+        wall = time.monotonic() - started
+    finally:
+        stop([sched, *workers, *new])
+    assert store.current_round() == 2
+    log = read_log(sw.access_log)
+    after_kill = pc.sum(pc.and_(pc.greater(log["start"], killed_at + 1.5), pc.less(log["start"], rerun_at))).as_py()
+    figs = _gaps(sw.access_log, since, delay)
+    print(f"scheduler kill: {figs}, requests 1.5 s after the kill and before the rerun: {after_kill}, "
+          f"wall {wall:.1f} s")
+    assert figs["gaps_below_delay"] == 0, figs
+    assert not after_kill, "the dead attempt's fetchers went on after their scheduler died"
+    assert _state(cfg) == _state(ref)

@@ -1,0 +1,64 @@
+"""The health gate of a round: was it the web that failed, or the crawler's own reach to it?
+
+Why: with the network (or every site) down, a round used to publish 54 fetches, 430 URLs deferred,
+0 parsed, exit 0 and no warning -- and each failure counted one step towards ``gone``. A round is
+**degraded** when the share of its hosts with connection failures (DNS, refused, connect timeout,
+timeout, reset) exceeds ``degraded_host_failure_share``, or when the URLs that got an answer from a
+server are less than ``degraded_min_fetched_share`` of the URLs generate planned. A degraded round is
+still published (its rows are true), but:
+
+- the manifest says ``"degraded": true`` with the reasons (``crawl stats``, the API, the dashboard);
+- ``crawl round|run --strict`` exits with status 5; the DAG's report task fails
+  (``degraded_fails_dag``) or logs a warning;
+- its transient failures do not count towards ``gone``: the update step leaves ``retry_count`` as it
+  was (``retry_schedule_s`` then decides the next try as if the round had not happened).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from crawl import records as R
+from crawl.config import CrawlConfig
+from crawl.tasks import CONTROL_SUBSETS
+
+#: ``error`` codes of fetch rows that mean the crawler could not reach or keep a connection to a server.
+CONNECTION_ERRORS = ("dns", "connect", "connect_timeout", "timeout", "reset")
+#: Fetch statuses that mean a server answered for the URL (whatever it said). URLs robots.txt denies are
+#: left out of both sides of the ratio (the decision may come from the cache, without a request).
+ANSWERED = (R.FETCHED, R.NOT_MODIFIED, R.REDIRECT, R.HTTP_ERROR, R.GONE)
+
+
+def assess(cfg: CrawlConfig, planned: int, fetched: pa.Table) -> dict[str, Any]:
+    """Health figures of a round from its fetch rows (all partitions) and the number of planned URLs."""
+    hosts = pc.unique(fetched.column("host")) if fetched.num_rows else pa.array([], pa.string())
+    conn = fetched.filter(pc.fill_null(pc.is_in(fetched.column("error"), pa.array(CONNECTION_ERRORS)), False))
+    failing = len(pc.unique(conn.column("host"))) if conn.num_rows else 0
+    pages = fetched.filter(pc.invert(pc.fill_null(pc.is_in(fetched.column("subset"), pa.array(CONTROL_SUBSETS)),
+                                                  False)))
+    answered_rows = pages.filter(pc.is_in(pages.column("status"), pa.array(ANSWERED)))
+    answered = len(pc.unique(answered_rows.column("url_hash"))) if answered_rows.num_rows else 0
+    denied_rows = pages.filter(pc.equal(pages.column("status"), R.ROBOTS_DENIED))
+    planned = max(0, planned - (len(pc.unique(denied_rows.column("url_hash"))) if denied_rows.num_rows else 0))
+    host_share = failing / len(hosts) if len(hosts) else 0.0
+    fetched_share = min(1.0, answered / planned) if planned else 1.0
+    reasons = []
+    if host_share > cfg.degraded_host_failure_share:
+        reasons.append(f"{failing} of {len(hosts)} hosts had connection failures "
+                       f"({host_share:.0%} > degraded_host_failure_share {cfg.degraded_host_failure_share:.0%})")
+    if fetched_share < cfg.degraded_min_fetched_share:
+        reasons.append(f"servers answered for {answered} of {planned} planned URLs "
+                       f"({fetched_share:.0%} < degraded_min_fetched_share {cfg.degraded_min_fetched_share:.0%})")
+    return {"degraded": bool(reasons), "reasons": reasons, "hosts": len(hosts),
+            "hosts_with_connection_failures": failing, "host_failure_share": round(host_share, 4),
+            "planned": planned, "answered": answered, "fetched_share": round(fetched_share, 4)}
+
+
+def describe(health: dict[str, Any]) -> str:
+    return "; ".join(health.get("reasons") or []) or "healthy"
+
+
+__all__ = ["ANSWERED", "CONNECTION_ERRORS", "assess", "describe"]
