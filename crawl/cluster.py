@@ -96,6 +96,7 @@ def dask_client(cfg: CrawlConfig, announce: Callable[[str], None] | None = None)
         scheduler_kwargs={"dashboard": cfg.dask_dashboard},
         host="127.0.0.1",
         silence_logs=40,
+        resources={"browser": 1},  # every embedded worker may run one render task (crawl.render)
     )
     client = Client(cluster)
     _announce(client, cfg, announce)

@@ -67,6 +67,25 @@ def _valid_scope(value: str) -> str:
     return value
 
 
+_RENDER_GLOB_RE = re.compile(r"^[a-z0-9*?.\[\]!_-]+$")
+
+
+def render_globs(value: str) -> tuple[str, ...]:
+    """The glob patterns of a ``render_hosts`` value (comma or whitespace separated, lower-cased)."""
+    return tuple(p for p in re.split(r"[,\s]+", value.strip().lower()) if p)
+
+
+def _valid_render_hosts(value: str) -> str:
+    """``render_hosts``: host globs (letters, digits, ``. - _ * ? [ ] !``), at most 100 of them."""
+    globs = render_globs(value)
+    bad = [g for g in globs if not _RENDER_GLOB_RE.match(g)]
+    if bad:
+        raise ValueError(f"not a host glob: {bad[0]!r} (letters, digits, . - _ and the wildcards * ? [])")
+    if len(globs) > 100:
+        raise ValueError(f"at most 100 patterns, got {len(globs)}")
+    return value
+
+
 class CrawlSettings(BaseModel):
     """The settings a user gives a crawl, declared once (pydantic: typed, with JSON-schema bounds).
 
@@ -102,6 +121,11 @@ class CrawlSettings(BaseModel):
         description="Share of the round budget reserved for never-fetched URLs (0 to 1).")
     allowed_hosts: Annotated[str, AfterValidator(_valid_scope)] = Field(
         "", title="Allowed hosts", description="Regular expression a host must match (scope); empty = any host.")
+    render_hosts: Annotated[str, AfterValidator(_valid_render_hosts)] = Field(
+        "", title="Render hosts (JavaScript)",
+        description="Glob patterns of hosts whose pages are rendered in a headless browser after the fetch "
+                    "(comma or space separated, e.g. 'spa-*.example.com app.example.org'); empty = only pages "
+                    "that look script-built, when render_auto is on.")
 
 
 #: The settings that are config keys (all but seeds), in declaration order.
@@ -270,6 +294,17 @@ class CrawlConfig:
     allow_private_networks: bool = False  # connect to loopback/private/reserved addresses (SSRF guard off)
     verify_tls: bool = True  # verify TLS certificates; false only for test servers with self-signed ones
 
+    # JavaScript rendering (crawl.render): chosen hosts and pages that look script-built
+    render_hosts: str = setting_default("render_hosts")
+    render_auto: bool = False  # also render pages the heuristic calls script-built (crawl.render.looks_script_built)
+    render_concurrency: int = 2  # pages one render task renders at once (one browser per task)
+    render_timeout_s: float = 20.0  # per page: load, scripts and their requests
+    render_max_requests: int = 50  # browser requests per page that may reach the network (the page itself excluded)
+    render_min_words: int = 60  # the heuristic's "little text": fewer visible words than this
+    render_same_site: bool = False  # also allow the page's registered domain (else its own host only)
+    render_resource_types: tuple[str, ...] = ("document", "script", "xhr", "fetch")  # others are blocked
+    chromium_path: str = "/usr/bin/chromium"  # Debian's chromium (make chromium); Playwright drives it
+
     # Dask
     dask_address: str = ""  # empty = embedded LocalCluster
     dask_workers: int = 2
@@ -299,11 +334,12 @@ _POSITIVE = {
     "read_timeout_s", "total_timeout_s", "max_body_bytes", "max_url_length",
     "max_query_params", "max_outlinks_per_page", "bloom_expected_urls", "dask_workers",
     "max_path_segments", "max_sitemaps_per_host", "pdf_max_bytes", "pdf_max_pages", "pdf_max_seconds",
-    "dask_wait_for_workers_s", "lease_expiry_s",
+    "dask_wait_for_workers_s", "lease_expiry_s", "render_concurrency", "render_timeout_s",
 }
 _NON_NEGATIVE = {
     "max_crawl_delay_s", "backoff_base_s", "backoff_cap_s", "robots_ttl_s",
     "max_redirects", "max_path_repeats", "simhash_max_distance", "dask_dashboard_port",
+    "render_max_requests", "render_min_words",
 }
 PARSER_SPEC_RE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
 _RESOLVE_RE = re.compile(r"^[^=\s]+=[0-9a-fA-F:.\[\]]+:\d{1,5}$")
@@ -452,5 +488,5 @@ def default_config_path() -> Path:
 __all__ = [
     "CRAWL_ID_RE", "ConfigError", "CrawlConfig", "CrawlSettings", "DEFAULT_USER_AGENT", "PRODUCT_TOKEN",
     "REQUIRED_IN_REQUEST", "SETTING_KEYS", "cli_flag_specs", "default_config_path", "describe", "is_crawl_id",
-    "load_config", "param_specs", "request_model", "setting_default", "setting_schema", "setting_type",
+    "load_config", "param_specs", "render_globs", "request_model", "setting_default", "setting_schema", "setting_type",
 ]

@@ -25,7 +25,7 @@ from crawl.errors import SeedError
 from crawl.lease import FETCH_PHASE, Lease, held
 from crawl.progress import steps_of
 from crawl.store import Store
-from crawl.tasks import fetch_task, host_crawl_delays, parse_task, robots_keys
+from crawl.tasks import fetch_task, host_crawl_delays, parse_task, render_task, robots_keys
 from crawl.url import InvalidURL, canonicalize, filter_reason, host_of, parse_url, url_hash
 
 SEED_PRIORITY = 1_000.0
@@ -248,21 +248,30 @@ def _check_parsers(cfg: CrawlConfig) -> None:
 def _run_parts(client: Any, cfg: CrawlConfig, round_no: int, parts: list[int], now: datetime,
                progress: Progress | None, token: int | None = None) -> list[dict[str, Any]]:
     from crawl.cluster import wait_all
+    from crawl.render import check_browser_workers, render_enabled
 
+    render = render_enabled(cfg)
+    if render:
+        check_browser_workers(client)
     futures = {}
     for k in parts:
         f = client.submit(fetch_task, cfg, round_no, k, now, token, key=f"fetch-{cfg.crawl_id}-{round_no}-{k}",
                           retries=2, pure=False)
-        p = client.submit(parse_task, cfg, round_no, k, f, key=f"parse-{cfg.crawl_id}-{round_no}-{k}",
-                          retries=2, pure=False)
-        futures[p] = (k, f)
+        r = None
+        if render:  # after the fetch, before the parse, on a worker with a browser (crawl.render)
+            r = client.submit(render_task, cfg, round_no, k, f, key=f"render-{cfg.crawl_id}-{round_no}-{k}",
+                              retries=1, pure=False, resources={"browser": 1})
+        p = client.submit(parse_task, cfg, round_no, k, r if r is not None else f,
+                          key=f"parse-{cfg.crawl_id}-{round_no}-{k}", retries=2, pure=False)
+        futures[p] = (k, f, r)
     out: list[dict[str, Any]] = []
 
     def done(fut: Any) -> None:
-        k, ffut = futures[fut]
+        k, ffut, rfut = futures[fut]
         parse_stats = fut.result()
         fetch_stats = ffut.result()
-        out.append({"part": k, "fetch": fetch_stats, "parse": parse_stats})
+        out.append({"part": k, "fetch": fetch_stats, "parse": parse_stats,
+                    **({"render": rfut.result()} if rfut is not None else {})})
         if progress:
             progress(f"  partition {k:03d} done ({len(out)}/{len(futures)}): "
                      f"{fetch_stats.get('requests', 0)} fetched, {parse_stats.get('pages', 0)} parsed")

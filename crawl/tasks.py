@@ -191,6 +191,34 @@ def wait_after_dead_attempt(cfg: CrawlConfig, store: Store, round_no: int, part:
     return waited
 
 
+def render_task(cfg: CrawlConfig, round_no: int, part: int, fetch_stats: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Render the partition's chosen pages in a headless browser (:mod:`crawl.render`): a conversion
+    WARC file and the ``rendered`` rows, then the done marker. Runs on a worker with ``browser=1``."""
+    from crawl.render import RENDER_SCHEMA, render_partition, robots_policies
+
+    store = Store(cfg.root, cfg.crawl_id)
+    if store.is_done(round_no, "rendered", part):
+        return store.read_json(store.part_file(round_no, "rendered", part, "done"))
+    fetched = store.read_table(store.part_file(round_no, "fetched", part), FETCH_SCHEMA)
+    # before publish the WARC files are in the round's staging folder; the rows name final paths
+    fetched = fetched.set_column(fetched.schema.get_field_index("warc_filename"), "warc_filename",
+                                 pc.binary_join_element_wise(store.staged(round_no, ""),
+                                                             fetched.column("warc_filename"), ""))
+    this_round = store.part_file(round_no, "robots", part)
+    robots = robots_policies(cfg, [load_robots_cache(store, round_no - 1),
+                                   store.read_table(this_round, ROBOTS_CACHE_SCHEMA)
+                                   if store.exists(this_round) else None])
+    final = store.warc_prefix(round_no, part) + "-rendered.warc.gz"
+    table, stats = render_partition(cfg, fetched, cfg.root, store.staged(round_no, final), robots)
+    table = table.set_column(table.schema.get_field_index("warc_filename"), "warc_filename",  # moved by publish
+                             pc.replace_substring(table.column("warc_filename"), store.staged(round_no, ""), "",
+                                                  max_replacements=1))
+    store.write_table(store.part_file(round_no, "rendered", part), table.cast(RENDER_SCHEMA))
+    stats = {"part": part, **_json_safe(stats)}
+    store.mark_done(round_no, "rendered", part, stats)
+    return stats
+
+
 def parse_task(cfg: CrawlConfig, round_no: int, part: int, fetch_stats: dict[str, Any] | None = None) -> dict[str, Any]:
     """Parse one fetched partition (bodies read back from its WARC files): pages + raw links."""
     from crawl.media import MediaLimits, media_limits
@@ -204,6 +232,11 @@ def parse_task(cfg: CrawlConfig, round_no: int, part: int, fetch_stats: dict[str
     # pages and their diagnostics (redirect rows give redirect links); robots.txt and sitemap files
     # are fetched with status 'fetched' too, but they are not documents
     documents = fetched.filter(pc.invert(pc.is_in(fetched.column("subset"), pa.array(CONTROL_SUBSETS))))
+    rendered_rel = store.part_file(round_no, "rendered", part)
+    if store.exists(rendered_rel):  # rendered pages: parse the DOM the browser built (crawl.render)
+        from crawl.render import RENDER_SCHEMA, apply_rendered
+
+        documents = apply_rendered(documents, store.read_table(rendered_rel, RENDER_SCHEMA))
     # before publish the WARC files are still in the round's staging folder
     documents = documents.set_column(
         documents.schema.get_field_index("warc_filename"), "warc_filename",

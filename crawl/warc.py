@@ -279,6 +279,19 @@ class WarcFile:
         )
         return self._write(rec, payload_digest)
 
+    def write_conversion(self, url: str, fetch_time: datetime, payload: bytes, refers_to: str,
+                         content_type: str) -> RecordRef:
+        """A ``conversion`` record (WARC 1.1 §6.8): content derived from another record, here the DOM a
+        browser built from a response; ``WARC-Refers-To`` names that response record."""
+        digest = payload_digest(payload)
+        warc_headers = _warc_headers(fetch_time, None, {"WARC-Refers-To": refers_to,
+                                                        "WARC-Payload-Digest": digest})
+        rec = self._writer.create_warc_record(
+            url, "conversion", payload=io.BytesIO(payload), length=len(payload),
+            warc_content_type=content_type, warc_headers_dict=warc_headers,
+        )
+        return self._write(rec, digest)
+
     def close(self) -> None:
         """Finish the file and publish it at its final path (replacing any earlier file)."""
         if self._closed:

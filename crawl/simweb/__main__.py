@@ -42,6 +42,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="how long the timeout robots.txt host waits before answering (default 60)")
     s.add_argument("--canary-port", type=int, default=None,
                    help="serve the SSRF bait hosts (ssrf*.sim.test), their links aimed at this port")
+    s.add_argument("--spa-hosts", type=int, default=0,
+                   help="serve N script-built hosts spa-NNN.sim.test, linked from good hosts' home pages "
+                        "(crawl/simweb/spa.py; default 0)")
     s.add_argument("--origin-bait", action="store_true",
                    help="serve the politeness/robots-scope bait hosts (spellings.sim.test, robots-429, "
                         "robots-hop-N); with --bind 127.0.0.1,::1 also [::1]")
@@ -70,7 +73,8 @@ def main(argv: list[str] | None = None) -> int:
         ready: asyncio.Future = loop.create_future()
         task = asyncio.create_task(run(model, a.port, a.access_log, a.bind, clock, stop, ready,
                                        stall_s=a.stall_seconds, robots_timeout_s=a.robots_timeout_seconds,
-                                       canary_port=a.canary_port, origin_bait=a.origin_bait))
+                                       canary_port=a.canary_port, origin_bait=a.origin_bait,
+                                       spa_hosts=a.spa_hosts))
         done, _ = await asyncio.wait({task, ready}, return_when=asyncio.FIRST_COMPLETED)
         if ready in done:
             port, _srv = ready.result()

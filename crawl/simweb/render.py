@@ -102,6 +102,7 @@ class Renderer:
         self.m = model
         self.cache: OrderedDict[tuple[int, int], Rendered] = OrderedDict()
         self.cache_bytes = cache_bytes
+        self.extra_links: dict[int, list[str]] = {}  # page -> absolute URLs added to its footer (spa hosts)
         self.cached = 0
         self.hits = 0
         self.misses = 0
@@ -296,6 +297,8 @@ class Renderer:
             foot.append('<a href="javascript:void(0)" onclick="window.print()">Print</a>')
         if src % 7 == 0:
             foot.append(f'<a href="http://gone-{src % 50:03d}.invalid/page-{src}">Old partner</a>')
+        for extra in self.extra_links.get(src, ()):
+            foot.append(f'<a href="{html.escape(extra)}">App</a>')
         foot.append("</footer>\n")
         part_b = "\n".join(body + foot)
         part_c = "" if malformed else "</body></html>\n"

@@ -63,7 +63,7 @@ class SimServer:
 
     def __init__(self, model: M.Model, clock: VirtualClock | None = None, access_log: AccessLog | None = None,
                  stall_s: float = 120.0, robots_timeout_s: float = 60.0, slow_s: float = 3.0,
-                 canary_port: int | None = None, origin_bait: bool = False):
+                 canary_port: int | None = None, origin_bait: bool = False, spa_hosts: int = 0):
         self.m = model
         self.origin_bait = origin_bait
         self.bait: OriginBait | None = None  # built by set_port() once the listening port is known
@@ -72,6 +72,13 @@ class SimServer:
         self.clock = clock or VirtualClock()
         self.log = access_log or AccessLog(None)
         self.renderer = Renderer(model)
+        # script-built hosts (crawl.simweb.spa), only when asked for: the model's pages stay as they are
+        self.spa = None
+        if spa_hosts > 0:
+            from crawl.simweb.spa import SpaSite
+
+            self.spa = SpaSite(model, spa_hosts, canary_port)
+            self.renderer.extra_links = self.spa.inbound
         self.stall_s = stall_s
         self.robots_timeout_s = robots_timeout_s
         self.slow_s = slow_s
@@ -132,6 +139,8 @@ class SimServer:
         path, _, query = raw.partition("?")
         if path.startswith("/_sim/"):
             return await self.control(request, path)
+        if self.spa is not None and self.spa.owns(hostname):
+            return self.spa.handle(hostname, path, query)
         if self.ssrf is not None and self.ssrf.owns(hostname):
             return self.ssrf.handle(hostname, path)
         if self.bait is not None:
@@ -438,14 +447,14 @@ class SimServer:
 async def run(model: M.Model, port: int = 0, access_log: str | None = None, bind: str = "127.0.0.1",
               clock: VirtualClock | None = None, stop: asyncio.Event | None = None,
               ready: asyncio.Future | None = None, stall_s: float = 120.0, robots_timeout_s: float = 60.0,
-              canary_port: int | None = None, origin_bait: bool = False) -> None:
+              canary_port: int | None = None, origin_bait: bool = False, spa_hosts: int = 0) -> None:
     """Serve until ``stop`` is set (or SIGTERM/SIGINT when run from the CLI); flush the log at least 1/s.
 
     ``bind`` may list several addresses (``127.0.0.1,::1``): all listen on one port, the first's.
     """
     log = AccessLog(access_log)
     srv = SimServer(model, clock=clock, access_log=log, stall_s=stall_s, robots_timeout_s=robots_timeout_s,
-                    canary_port=canary_port, origin_bait=origin_bait)
+                    canary_port=canary_port, origin_bait=origin_bait, spa_hosts=spa_hosts)
     runner = web.AppRunner(srv.app, handler_cancellation=True, shutdown_timeout=1.0, access_log=None)
     await runner.setup()
     addresses = [a.strip() for a in bind.split(",") if a.strip()]

@@ -1,0 +1,171 @@
+"""Selective JavaScript rendering (crawl.render) against the simulated web's script-built hosts.
+
+Oracles outside the code under test: the simulated web's truth (which text and links exist only after
+a script ran), its access log (every request the browser's rules let out, with times), a canary
+listener (nothing may reach 127.0.0.1 / ::1 on its port) and warcio reading the WARC files back.
+Needs Debian's chromium (``make chromium``).
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import os
+
+import duckdb
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+from warcio.archiveiterator import ArchiveIterator
+
+from crawl import round as rnd
+from crawl.cluster import dask_client
+from crawl.config import load_config
+from crawl.records import FETCH_SCHEMA, LINK_SCHEMA, PAGE_SCHEMA
+from crawl.render import RENDER_SCHEMA, page_signals
+from crawl.simweb.canary import Canary
+from crawl.simweb.spa import SSRF_HOST, TRACKER, SpaSite
+from crawl.store import Store
+
+CHROMIUM = "/usr/bin/chromium"
+SPA_HOSTS = 4
+DELAY = 0.2
+pytestmark = pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="needs chromium: make chromium")
+
+
+@pytest.fixture(scope="module")
+def canary():
+    with Canary() as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def spaweb(tmp_path_factory, canary):
+    from tests.conftest import start_simweb
+
+    sw = start_simweb(tmp_path_factory.mktemp("spaweb"), 30, 1, 20,
+                      ("--spa-hosts", str(SPA_HOSTS), "--canary-port", str(canary.port)))
+    sw.spa = SpaSite(sw.model, SPA_HOSTS, canary.port)
+    try:
+        yield sw
+    finally:
+        sw.stop()
+
+
+def test_heuristic_on_the_truth(spaweb) -> None:
+    """Precision and recall of looks_script_built over SPA pages (shells, inline, SSR decoys), the
+    model's JS-only link pages and a sample of ordinary HTML pages, all fetched from the server."""
+    truth = spaweb.spa.truth_table().to_pylist()
+    model_truth = spaweb.truth().to_pylist()
+    js_only = [r["url"] for r in model_truth if r["js_only"]]
+    plain = [r["url"] for r in model_truth if r["page_type"] in ("home", "article") and not r["js_only"]
+             and r["kind"] not in ("hostile", "trap")][:150]
+    cases = [(r["url"], r["script_built"]) for r in truth] + [(u, True) for u in js_only] + [(u, False) for u in plain]
+    tp = fp = fn = 0
+    for url, built in cases:
+        status, _, body = spaweb.request(url)
+        assert status == 200, url
+        flagged = page_signals(body).script_built(60)
+        tp += flagged and built
+        fp += flagged and not built
+        fn += built and not flagged
+    precision, recall = tp / (tp + fp), tp / (tp + fn)
+    print(f"heuristic: {len(cases)} pages, {tp + fn} script-built, precision={precision:.3f} recall={recall:.3f}")
+    assert precision == 1.0 and recall == 1.0, (tp, fp, fn)
+
+
+def test_crawl_renders_spa_pages(spaweb, canary, tmp_path) -> None:
+    truth = spaweb.spa.truth_table()
+    seeds = truth.column("url").to_pylist() + [f"http://{SSRF_HOST}/"]
+    cfg = load_config(overrides={
+        "root": str(tmp_path / "crawl"), "crawl_id": "spa", "resolve": [spaweb.resolve_rule],
+        "render_hosts": "spa-*.sim.test", "render_concurrency": 2, "politeness_delay_s": DELAY,
+        "partitions": 2, "url_shards": 2, "max_pages": 200, "round_duration_s": 120.0,
+        "connect_timeout_s": 2.0, "read_timeout_s": 5.0, "total_timeout_s": 10.0, "dask_workers": 2,
+        "dask_dashboard": False, "sitemaps": False,
+    }, use_env=False)
+    with dask_client(cfg) as client:
+        summary = rnd.run_round(cfg, seeds, client=client)
+    n = summary["round"]
+    store = Store(cfg.root, cfg.crawl_id)
+    gen = store.read_json(store.round_dir(n, "generate.json"))
+    parts = [int(p.rsplit("part=", 1)[1].split(".")[0]) for p in gen["partitions"]]
+    rendered = pa.concat_tables([store.read_table(store.part_file(n, "rendered", k), RENDER_SCHEMA) for k in parts])
+    pages = pa.concat_tables([store.read_table(store.part_file(n, "pages", k), PAGE_SCHEMA) for k in parts])
+    links = pa.concat_tables([store.read_table(store.part_file(n, "rawlinks", k), LINK_SCHEMA) for k in parts])
+    fetched = pa.concat_tables([store.read_table(store.part_file(n, "fetched", k), FETCH_SCHEMA) for k in parts])
+
+    # every SPA page and the SSRF bait page were rendered (render_hosts), nothing else
+    assert sorted(rendered.column("url").to_pylist()) == sorted(seeds)
+    assert set(rendered.column("status").to_pylist()) == {"rendered"}, rendered.column("error").to_pylist()
+    assert set(rendered.column("reason").to_pylist()) == {"config"}
+
+    # rendered text and links are found, as the truth says
+    text = dict(zip(pages.column("url").to_pylist(), pages.column("text").to_pylist(), strict=True))
+    out: dict[str, set[str]] = {}
+    for f, t in zip(links.column("from_url").to_pylist(), links.column("to_url").to_pylist(), strict=True):
+        out.setdefault(f, set()).add(t)
+    built = 0
+    for r in truth.to_pylist():
+        if r["script_built"]:
+            built += 1
+            assert r["rendered_text"] in text[r["url"]], r["url"]
+        want = set(r["rendered_links"] or []) | set(r["static_links"] or [])
+        assert want <= out.get(r["url"], set()), (r["url"], want - out.get(r["url"], set()))
+    assert built >= 2 * SPA_HOSTS
+    assert "ssrf page rendered" in text[f"http://{SSRF_HOST}/"]
+    # rendered links became CrawlDb rows in update (new URLs of the next round's generate)
+    from crawl import crawldb
+
+    db_urls = set(crawldb.read(store, n, cfg.url_shards).column("url").to_pylist())
+    friends = {u for r in truth.to_pylist() for u in r["rendered_links"] if ".sim.test/" in u and "spa-" not in u}
+    assert friends and friends <= db_urls
+
+    # the server's view: per host one request in flight and >= the delay between starts, browser requests
+    # included; nothing to the tracker, nothing robots.txt forbids
+    log = spaweb.log()
+    ours = log.filter(pc.match_substring(log.column("user_agent"), "RecrawlBot"))
+    con = duckdb.connect()
+    con.register("log", ours)
+    browser_paths = con.execute("SELECT count(*) FROM log WHERE path LIKE '/api/page.json%' OR path = '/static/app.js'"
+                            ).fetchone()[0]
+    assert browser_paths >= built  # the browser's subresource requests went out (through our session)
+    violations = con.execute(f"""
+        WITH g AS (SELECT host, start, "end", start - lag(start) OVER (PARTITION BY host ORDER BY start) AS gap,
+                          lag("end") OVER (PARTITION BY host ORDER BY start) AS prev_end
+                   FROM log WHERE host LIKE 'spa-%')
+        SELECT count(*) FILTER (WHERE gap < {DELAY}) AS short_gaps,
+               count(*) FILTER (WHERE prev_end > start) AS overlaps FROM g""").fetchone()
+    assert violations == (0, 0), violations
+    assert log.filter(pc.equal(log.column("host"), TRACKER)).num_rows == 0
+    assert ours.filter(pc.match_substring(ours.column("path"), "/private-api/")).num_rows == 0
+    # the page itself was never fetched twice: one GET per SPA page URL
+    per_page = con.execute("SELECT max(c) FROM (SELECT host, path, count(*) c FROM log WHERE host LIKE 'spa-%' "
+                       "AND path NOT LIKE '/api/%' AND path NOT IN ('/static/app.js', '/robots.txt') "
+                       "GROUP BY 1, 2)").fetchone()[0]
+    assert per_page == 1
+
+    # the script aimed at 127.0.0.1, ::1 and localhost on the canary's port: nothing arrived
+    assert canary.hits == []
+    ssrf = rendered.filter(pc.equal(rendered.column("host"), SSRF_HOST)).to_pylist()[0]
+    assert ssrf["blocked"] >= 4
+
+    # conversion records read back with warcio and refer to their response records
+    resp_ids = {}
+    for row in fetched.filter(pc.equal(fetched.column("warc_type"), "response")).to_pylist():
+        with open(os.path.join(cfg.root, row["warc_filename"]), "rb") as fh:
+            fh.seek(row["warc_record_offset"])
+            data = fh.read(row["warc_record_length"])
+        rec = next(iter(ArchiveIterator(io.BytesIO(data))))
+        resp_ids[row["url"]] = rec.rec_headers.get_header("WARC-Record-ID")
+    for row in rendered.to_pylist():
+        with open(os.path.join(cfg.root, row["warc_filename"]), "rb") as fh:
+            fh.seek(row["warc_record_offset"])
+            data = fh.read(row["warc_record_length"])
+        gzip.decompress(data)  # one gzip member per record
+        rec = next(iter(ArchiveIterator(io.BytesIO(data))))
+        assert rec.rec_type == "conversion"
+        assert rec.rec_headers.get_header("WARC-Target-URI") == row["url"]
+        assert rec.rec_headers.get_header("WARC-Refers-To") == resp_ids[row["url"]] == row["refers_to"]
+        assert rec.rec_headers.get_header("Content-Type").startswith("text/html")
+        assert b"<html" in rec.content_stream().read()
