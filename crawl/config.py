@@ -341,6 +341,9 @@ _NON_NEGATIVE = {
     "max_redirects", "max_path_repeats", "simhash_max_distance", "dask_dashboard_port",
     "render_max_requests", "render_min_words",
 }
+# Playwright's request resource types (render_resource_types may name these)
+RENDER_RESOURCE_TYPES = frozenset({"document", "stylesheet", "image", "media", "font", "script", "texttrack",
+                                   "xhr", "fetch", "eventsource", "websocket", "manifest", "other", "ping"})
 PARSER_SPEC_RE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
 _RESOLVE_RE = re.compile(r"^[^=\s]+=[0-9a-fA-F:.\[\]]+:\d{1,5}$")
 
@@ -436,6 +439,10 @@ def _validate(cfg: CrawlConfig) -> None:
     for spec in cfg.parsers:
         if not PARSER_SPEC_RE.match(spec):
             raise ConfigError(f"parsers: expected 'module:function', got {spec!r}")
+    unknown = [t for t in cfg.render_resource_types if t not in RENDER_RESOURCE_TYPES]
+    if unknown:
+        raise ConfigError(f"render_resource_types: unknown type {unknown[0]!r}, expected some of "
+                          f"{', '.join(sorted(RENDER_RESOURCE_TYPES))}")
     if any(s <= 0 for s in cfg.retry_schedule_s):
         raise ConfigError("retry_schedule_s: every wait must be > 0")
 

@@ -82,9 +82,8 @@ CONVERSION_CT = "text/html; charset=utf-8"
 CHROMIUM_ARGS = ("--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--no-first-run", "--disable-sync",
                  "--disable-dev-shm-usage")
-RESOURCE_TYPES = frozenset({"document", "stylesheet", "image", "media", "font", "script", "texttrack", "xhr",
-                            "fetch", "eventsource", "websocket", "manifest", "other", "ping"})
 _GAP_MARGIN_S = 0.002
+QUIET_S = 0.15  # a page is done when no request of it has been in progress for this long
 _APP_ROOT_IDS = frozenset({"root", "app", "__next", "__nuxt", "___gatsby", "svelte", "app-root"})
 _LOADING = re.compile(r"^\s*loading\s*(?:\.\.\.|…)?\s*$", re.IGNORECASE)
 _DOM_WRITE = re.compile(r"innerHTML|appendChild|insertAdjacentHTML|createElement")
@@ -303,31 +302,42 @@ class BrowserRenderer:
             main_served = False
             main_headers = {k.lower(): v for k, v in headers if k.lower() not in _HOP_HEADERS}
 
+            busy = [0, time.monotonic()]  # routed requests in progress, time of the last one's end
+
             async def handle(route: Any) -> None:
                 nonlocal main_served
-                req = route.request
-                if not main_served and req.resource_type == "document" and req.url == url:
+                busy[0] += 1
+                try:
+                    await self._route(route, url, page_host, body, main_headers, res, main_served)
                     main_served = True
-                    res.log.append((req.url, "document", "stored"))
-                    await route.fulfill(status=200, headers=main_headers, body=body)
-                    return
-                why = self._refuse(req, page_host, res)
-                if why is not None:
-                    res.blocked[why] += 1
-                    res.log.append((req.url, req.resource_type, why))
-                    await route.abort("blockedbyclient")
-                    return
-                await self._forward(route, req, url, res)
+                finally:
+                    busy[0] -= 1
+                    busy[1] = time.monotonic()
 
             await page.route("**/*", handle)
             await page.goto(url, wait_until="load")
-            try:
-                await page.wait_for_load_state("networkidle", timeout=self.cfg.render_timeout_s * 500)
-            except Exception:  # noqa: BLE001 - a page that keeps polling: take the DOM as it is
-                res.blocked["not_idle"] += 0
+            # idle = no routed request in progress for QUIET_S: every request passes our route, so this
+            # is exact and ends sooner than Playwright's networkidle (500 ms of silence)
+            while busy[0] > 0 or time.monotonic() - busy[1] < QUIET_S:
+                await asyncio.sleep(0.02)
             res.html = await page.content()
         finally:
             await ctx.close()
+
+    async def _route(self, route: Any, url: str, page_host: str, body: bytes, main_headers: dict[str, str],
+                     res: PageResult, main_served: bool) -> None:
+        req = route.request
+        if not main_served and req.resource_type == "document" and req.url == url:
+            res.log.append((req.url, "document", "stored"))
+            await route.fulfill(status=200, headers=main_headers, body=body)
+            return
+        why = self._refuse(req, page_host, res)
+        if why is not None:
+            res.blocked[why] += 1
+            res.log.append((req.url, req.resource_type, why))
+            await route.abort("blockedbyclient")
+            return
+        await self._forward(route, req, url, res)
 
     def _refuse(self, req: Any, page_host: str, res: PageResult) -> str | None:
         """Why the browser's request may not go out (None: it may, through :meth:`_forward`)."""

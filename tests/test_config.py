@@ -39,6 +39,9 @@ def test_precedence_file_env_overrides(tmp_path, monkeypatch):
     ({"allowed_hosts": r"^(?!other\.)"}, "allowed_hosts"),  # look-ahead: RE2 cannot run it
     ({"allowed_hosts": r"(a)\1"}, "allowed_hosts"),  # backreference
     ({"allowed_hosts": "a" * 1001}, "allowed_hosts"),
+    ({"render_hosts": "spa-*.example.com, a/b"}, "render_hosts"),
+    ({"render_resource_types": ["script", "bogus"]}, "render_resource_types"),
+    ({"render_concurrency": 0}, "render_concurrency"),
     ({"crawl_id": "demo\n"}, "crawl_id"),  # matched whole: re's $ alone would accept the newline
     ({"no_such_key": 1}, "no_such_key"),
 ])

@@ -52,6 +52,8 @@ def main(argv: list[str] | None = None) -> int:
     _common(t)
     t.add_argument("--out", required=True, help="output .parquet file")
     t.add_argument("--at", type=float, default=None, help="virtual time for version columns (default now)")
+    t.add_argument("--spa-hosts", type=int, default=0, help="also write the truth of N spa hosts (--spa-out)")
+    t.add_argument("--spa-out", default=None, help="Parquet file for the spa hosts' truth (crawl/simweb/spa.py)")
     a = ap.parse_args(argv)
     t0 = time.time()
     model = M.build(_params(a))
@@ -59,6 +61,13 @@ def main(argv: list[str] | None = None) -> int:
         from crawl.simweb.truth import write_truth
         table = write_truth(model, a.out, a.at)
         print(f"wrote {table.num_rows} pages to {a.out} in {time.time() - t0:.1f} s", file=sys.stderr)
+        if a.spa_hosts > 0 and a.spa_out:
+            import pyarrow.parquet as pq
+
+            from crawl.simweb.spa import SpaSite
+            spa = SpaSite(model, a.spa_hosts).truth_table()
+            pq.write_table(spa, a.spa_out)
+            print(f"wrote {spa.num_rows} spa pages to {a.spa_out}", file=sys.stderr)
         return 0
     from crawl.simweb.server import run
     clock = VirtualClock(speed=a.speed)
