@@ -34,9 +34,10 @@ decoys; JS-only link pages on the other hosts): see ``tests/test_render.py`` and
   :mod:`crawl.net` (resolve rules, the private-address guard at the socket), redirects not followed
   (a 3xx goes back to the browser, whose next request is routed again), the body capped at
   ``max_body_bytes``, at most ``render_max_requests`` per page;
-* per host one request in flight and ``max(politeness_delay_s, Crawl-delay)`` between the end of
-  one answer and the next start (so also between starts); a host's first render request waits one
-  delay after the task starts (its fetch task may have just asked it).
+* per host (per politeness key: also registered domain, or a resolve rule's address) one request in
+  flight and ``max(politeness_delay_s, Crawl-delay)`` between the end of one answer and the next start
+  (so also between starts); a key's first render request waits one delay after the task starts (its
+  fetch task may have just asked it).
 
 The browser itself can reach nothing: it is launched with a proxy that is a socket we bound and never
 listen on (``--proxy-bypass-list=<-loopback>`` so loopback goes there too), so whatever escapes the
@@ -261,9 +262,17 @@ class BrowserRenderer:
             self.hole.close()
 
     def _gate(self, host: str, delay: float) -> HostGate:
-        g = self.gates.get(host)
+        """The gate of the host's politeness key (``politeness_key``: host, registered domain, or the
+        address a resolve rule names; other hosts keep their own key here)."""
+        key = host
+        if self.cfg.politeness_key == "domain":
+            key = registered_domain(host) or host
+        elif self.cfg.politeness_key == "ip":
+            rule = self.resolver.map.lookup(host)
+            key = rule.ip if rule is not None else host
+        g = self.gates.get(key)
         if g is None:  # the fetch task may have asked this host just before we started
-            g = self.gates[host] = HostGate(delay, self.t0 + delay)
+            g = self.gates[key] = HostGate(delay, self.t0 + delay)
         g.delay = max(g.delay, delay)
         return g
 
