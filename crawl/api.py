@@ -6,7 +6,7 @@ from typing import Any
 
 from crawl import query
 from crawl.store import Store
-from crawl.url import canonicalize
+from crawl.url import KNOWN_SCHEMES, canonicalize
 from crawl.warc import read_record
 
 
@@ -47,9 +47,9 @@ def crawl_summary(root: str, crawl_id: str) -> dict[str, Any] | None:
 def lookup(root: str, crawl_id: str, url: str) -> dict[str, Any] | None:
     """The latest capture of ``url`` (canonicalised) in the page index; None when never captured,
     also in a crawl that has not published a round yet (its page index is not visible until then)."""
-    canon = canonicalize(url)
+    canon = canonicalize(url, schemes=KNOWN_SCHEMES)  # any capture: ftp ones too, where a crawl opted in
     if canon is None:
-        raise ValueError(f"not an http(s) URL: {url!r}")
+        raise ValueError(f"not an http(s) or ftp URL: {url!r}")
     if Store(root, crawl_id).current_round() == 0:
         return None
     con = query.connect(root, crawl_id)
@@ -72,12 +72,12 @@ def lookup(root: str, crawl_id: str, url: str) -> dict[str, Any] | None:
     body = con.execute("""
         WITH mine AS (
             SELECT warc_type, content_digest, fetch_time FROM pages
-            WHERE url = ? AND subset = 'warc' AND warc_type IN ('response', 'revisit')
+            WHERE url = ? AND subset = 'warc' AND warc_type IN ('response', 'resource', 'revisit')
             ORDER BY fetch_time DESC LIMIT 1
         )
         SELECT p.warc_filename, p.warc_record_offset, p.warc_record_length
         FROM pages p, mine
-        WHERE p.subset = 'warc' AND p.warc_type = 'response' AND p.content_digest = mine.content_digest
+        WHERE p.subset = 'warc' AND p.warc_type IN ('response', 'resource') AND p.content_digest = mine.content_digest
         ORDER BY (p.url = ?) DESC, p.fetch_time DESC LIMIT 1
     """, [canon, canon]).fetchone()
     rec["body_record"] = dict(zip(("warc_filename", "warc_record_offset", "warc_record_length"), body,

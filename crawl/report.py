@@ -44,7 +44,7 @@ from crawl import crawldb
 from crawl.index import INDEX_SCHEMA
 from crawl.records import FETCH_SCHEMA
 from crawl.store import Store
-from crawl.url import canonicalize
+from crawl.url import KNOWN_SCHEMES, canonicalize
 
 DAY_S = 86_400.0
 PAGE_SUBSETS = ("warc", "crawldiagnostics")
@@ -447,11 +447,11 @@ def host_count(view: CrawlView) -> int:
 def capture_history(view: CrawlView, url: str) -> dict[str, Any]:
     """Every fetch attempt of ``url`` (canonicalised): round, status, digest, changed?, stored record.
 
-    Raises ValueError for a URL that is not an absolute http(s) URL.
+    Raises ValueError for a URL that is not an absolute http(s) or ftp URL.
     """
-    canon = canonicalize(url) if isinstance(url, str) and url.lower().startswith(("http://", "https://")) else None
+    canon = canonicalize(url, schemes=KNOWN_SCHEMES) if isinstance(url, str) else None
     if canon is None:
-        raise ValueError(f"not an absolute http(s) URL: {url!r}")
+        raise ValueError(f"not an absolute http(s) or ftp URL: {url!r}")
     attempts = view.rows(f"""
         SELECT f.round, f.fetch_time, f.status, f.http_status, f.error, f.subset, f.payload_digest,
                f.content_type, f.content_length, f.warc_type, f.redirect_location,
@@ -485,9 +485,9 @@ def capture_body(view: CrawlView, url: str, fetch_time: str) -> tuple[dict[str, 
     """
     from crawl.warc import read_record
 
-    canon = canonicalize(url) if url.lower().startswith(("http://", "https://")) else None
+    canon = canonicalize(url, schemes=KNOWN_SCHEMES)
     if canon is None:
-        raise ValueError(f"not an absolute http(s) URL: {url!r}")
+        raise ValueError(f"not an absolute http(s) or ftp URL: {url!r}")
     try:
         at = datetime.fromisoformat(fetch_time.replace("Z", "+00:00"))
     except ValueError as exc:
@@ -514,7 +514,7 @@ def capture_body(view: CrawlView, url: str, fetch_time: str) -> tuple[dict[str, 
     if cap["warc_type"] == "revisit" or cap["subset"] == "warc":
         rec = view.rows("""
             SELECT warc_filename, warc_record_offset, warc_record_length FROM idx
-            WHERE subset = 'warc' AND warc_type = 'response' AND content_digest = ? AND fetch_time <= ?
+            WHERE subset = 'warc' AND warc_type IN ('response', 'resource') AND content_digest = ? AND fetch_time <= ?
             ORDER BY (url = ?) DESC, fetch_time DESC LIMIT 1
         """, [cap["content_digest"], cap["fetch_time"], canon])
     else:  # an error page or redirect kept in crawldiagnostics: its own record

@@ -237,8 +237,8 @@ def get_page(
     """The latest capture of ``url`` in ``crawl_id`` (or, without it, the latest across all crawls)."""
     from crawl import api
 
-    if not url.lower().startswith(("http://", "https://")):
-        raise HTTPException(400, "url must be an absolute http(s) URL")
+    if not url.lower().startswith(("http://", "https://", "ftp://")):  # ftp: captures of crawls that opted in
+        raise HTTPException(400, "url must be an absolute http(s) or ftp URL")
     root = crawl_root()
     if crawl_id is not None:
         _check_crawl_id(crawl_id)

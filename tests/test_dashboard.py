@@ -208,7 +208,7 @@ def test_page_lookup_shows_the_history_and_downloads_the_stored_bodies(server, t
         body, headers = _get(server, token, href)
         assert payload_digest(body) in digests
         assert headers["content-disposition"].startswith("attachment") and "sandbox" in headers["content-security-policy"]
-    doc = _doc(server, token, f"/crawl/dashboard/crawls/{CRAWL}/page?url=ftp://example.com/", 400)
+    doc = _doc(server, token, f"/crawl/dashboard/crawls/{CRAWL}/page?url=gopher://example.com/", 400)
     assert "http(s)" in doc.css_first("#lookup-error").text()
     # what the user typed is shown back escaped, never as markup
     evil = quote('http://x.test/"><script>alert(1)</script>', safe="")

@@ -243,6 +243,12 @@ def test_crawl_of_an_ftp_tree(ftpd: FtpServer, tmp_path: Path) -> None:
         else:
             assert rec.warc_headers["Content-Type"].startswith(LISTING_MIME)
 
+    # the read side finds ftp captures too: the page API's lookup and its stored body
+    from crawl import api
+    cap = api.lookup(cfg.root, cfg.crawl_id, base + "pub/with space.txt")
+    assert cap["url"] == base + "pub/with%20space.txt" and cap["warc_type"] == "resource"
+    assert api.read_body(cfg.root, cap) == ftpd.files["pub/with space.txt"]
+
 
 def test_fetch_partition_ftp_rows_and_revisit(ftpd: FtpServer, tmp_path: Path) -> None:
     """The fetcher's ftp path on its own: a known payload digest makes a revisit record (no second

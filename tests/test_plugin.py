@@ -237,7 +237,7 @@ def test_page_errors(server, token: str) -> None:
     status, raw, _ = server.request("GET", f"/crawl/pages?url=http://www.alpha.test/never-seen&crawl_id={CRAWL}",
                                     token=token)
     assert status == 404 and b"unknown URL" in raw
-    assert server.request("GET", "/crawl/pages?url=ftp://x/", token=token)[0] == 400
+    assert server.request("GET", "/crawl/pages?url=gopher://x/", token=token)[0] == 400
     assert server.request("GET", "/crawl/pages", token=token)[0] == 422
 
 

@@ -225,7 +225,7 @@ def test_capture_history_and_stored_bodies(crawled, simweb):
         cap, body = report.capture_body(view, seed, a["fetch_time"])
         assert payload_digest(body) == a["payload_digest"]  # the bytes the fetcher hashed when it fetched
     with pytest.raises(ValueError):
-        report.capture_history(view, "ftp://example.com/")
+        report.capture_history(view, "gopher://example.com/")
     with pytest.raises(LookupError):
         report.capture_body(view, seed, "2001-01-01T00:00:00Z")
 
