@@ -65,6 +65,23 @@ async def plain_loop(port: int, urls: list[str], extract: bool, concurrency: int
     return len(urls) / (time.perf_counter() - t0)
 
 
+def bench_urls(hosts: int, seed: int, pages: int) -> list[str]:
+    """Up to ``pages`` robots-allowed HTML pages of the simulated web (hosts without a Crawl-delay),
+    spread over every host round-robin, as a broad crawl's fetch list is."""
+    truth = truth_table(build(SimParams(seed=seed, hosts=hosts)))
+    ok = pc.and_(pc.and_(truth.column("robots_allowed"), pc.equal(truth.column("content_type"), "text/html")),
+                 pc.is_in(truth.column("kind"), pa.array(["news", "blog", "shop", "docs", "archive", "forum"])))
+    pick = truth.filter(ok)
+    pick = pick.filter(pc.is_null(pick.column("crawl_delay")))
+    by_host: dict[str, list[str]] = {}
+    for u, h in zip(pick.column("url").to_pylist(), pick.column("host").to_pylist(), strict=True):
+        by_host.setdefault(h, []).append(u)
+    urls: list[str] = []
+    for i in range(max(len(v) for v in by_host.values())):
+        urls += [v[i] for v in by_host.values() if i < len(v)]
+    return urls[:pages]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--hosts", type=int, default=500)
@@ -74,20 +91,7 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="crawl-bench-"))
     proc, port = launch(args.hosts, args.seed, work / "access.jsonl")
     try:
-        model = build(SimParams(seed=args.seed, hosts=args.hosts))
-        truth = truth_table(model)
-        ok = pc.and_(pc.and_(truth.column("robots_allowed"), pc.equal(truth.column("content_type"), "text/html")),
-                     pc.is_in(truth.column("kind"), pa.array(["news", "blog", "shop", "docs", "archive", "forum"])))
-        pick = truth.filter(ok)
-        pick = pick.filter(pc.is_null(pick.column("crawl_delay")))
-        # spread the set over every host (round-robin by host), as a broad crawl's fetch list is
-        by_host: dict[str, list[str]] = {}
-        for u, h in zip(pick.column("url").to_pylist(), pick.column("host").to_pylist(), strict=True):
-            by_host.setdefault(h, []).append(u)
-        urls = []
-        for i in range(max(len(v) for v in by_host.values())):
-            urls += [v[i] for v in by_host.values() if i < len(v)]
-        urls = urls[: args.pages]
+        urls = bench_urls(args.hosts, args.seed, args.pages)
         n_hosts = len({u.split("/")[2] for u in urls})
         print(f"simulated web: {args.hosts} hosts; benchmark set: {len(urls)} HTML pages on {n_hosts} hosts")
 
