@@ -1,0 +1,216 @@
+"""Whole-process throughput of ``crawl run`` against Scrapy on the same simulated web, back to back.
+
+Both start from the home page of every good host of one simulated web and stay on those hosts (the
+hostile hosts' tarpits and timeouts would make both runs measure timeouts, not throughput; our
+``allowed_hosts``, Scrapy's ``allowed_domains``), politeness delay 0, one request in flight per host,
+robots.txt obeyed, 30 s request timeout on both sides and fetch the same number
+of pages: ``crawl run`` runs ``--rounds`` rounds of ``--max-pages`` first (its own process: Dask cluster
+start, every round step, reports); its fetched-page count becomes Scrapy's budget (the spider closes
+itself at that many pages; robots.txt not counted on either side). Scrapy runs from a virtual
+environment this script creates under ``bench/out/scrapy-venv`` (``scrapy==SCRAPY_VERSION`` from
+PyPI), so the project's environment never gets Scrapy's dependencies. Scrapy reaches the simulated web
+through a downloader middleware that sends each request to the server's loopback address and port
+with the original Host header (and restores the URL on the response; the download slot stays the
+host, so per-host concurrency is per host as in ours), and an HTTP/1.1 handler whose connection pool
+keeps as many persistent connections as requests in flight. Whole-process wall times, then
+
+    RESULT vs_scrapy=<ours pages/s / Scrapy pages/s> ours_pages_s=... scrapy_pages_s=... pages=...
+
+    python bench/scrapy_bench.py [--hosts 200] [--rounds 3] [--max-pages 2000] [--runs 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from crawl.simweb.launch import launch  # noqa: E402
+from crawl.simweb.model import SimParams, build  # noqa: E402
+
+SCRAPY_VERSION = "2.19.0"
+VENV = REPO / "bench" / "out" / "scrapy-venv"
+
+SPIDER = r'''
+"""Scrapy side of bench/scrapy_bench.py: argv = port, seeds file, page budget, concurrency, per host, out."""
+import json, sys, time
+from urllib.parse import urlsplit, urlunsplit
+
+import scrapy
+from scrapy.core.downloader.handlers.http11 import HTTP11DownloadHandler
+from scrapy.crawler import CrawlerProcess
+from scrapy.exceptions import CloseSpider
+
+LOG_LEVEL = "INFO" if len(sys.argv) > 7 else "WARNING"
+PORT, SEEDS, BUDGET, CONC, PER_HOST, OUT = (int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), int(sys.argv[4]),
+                                            int(sys.argv[5]), sys.argv[6])
+
+
+class Loopback:
+    """Send *.sim.test requests to 127.0.0.1:PORT with the original Host; restore the URL on the way back."""
+
+    def process_request(self, request):
+        parts = urlsplit(request.url)
+        if not (parts.hostname or "").endswith(".sim.test") or "sim_url" in request.meta:
+            return None
+        request.meta["sim_url"] = request.url
+        request.meta["download_slot"] = parts.hostname  # per-host concurrency stays per host
+        request.headers["Host"] = parts.netloc
+        request._set_url(urlunsplit((parts.scheme, f"127.0.0.1:{PORT}", parts.path, parts.query, "")))
+        return None
+
+    def process_response(self, request, response):
+        url = request.meta.pop("sim_url", None)
+        if url is None:
+            return response
+        request._set_url(url)
+        return response.replace(url=url)
+
+    def process_exception(self, request, exception):
+        url = request.meta.pop("sim_url", None)
+        if url is not None:
+            request._set_url(url)
+        return None
+
+
+class PooledHandler(HTTP11DownloadHandler):
+    """Every connection to the one loopback address may stay open (Scrapy sizes the pool per host:port)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._pool.maxPersistentPerHost = CONC
+
+
+class Sim(scrapy.Spider):
+    name = "sim"
+    start_urls = open(SEEDS).read().split()
+    allowed_domains = [u.split("/")[2] for u in start_urls]
+    pages = 0
+
+    def parse(self, response):
+        Sim.pages += 1
+        if Sim.pages >= BUDGET:
+            raise CloseSpider("budget")
+        if not isinstance(response, scrapy.http.HtmlResponse):
+            return
+        for href in response.css("a::attr(href)").getall():
+            try:
+                yield response.follow(href, callback=self.parse)
+            except ValueError:  # not a URL (e.g. "http://[bad")
+                continue
+
+
+t0 = time.perf_counter()
+proc = CrawlerProcess(settings={
+    "ROBOTSTXT_OBEY": True, "DOWNLOAD_DELAY": 0, "CONCURRENT_REQUESTS": CONC,
+    "CONCURRENT_REQUESTS_PER_DOMAIN": PER_HOST, "LOG_LEVEL": LOG_LEVEL, "TELNETCONSOLE_ENABLED": False,
+    "USER_AGENT": "scrapy-bench (+http://localhost/)", "COOKIES_ENABLED": False, "RETRY_ENABLED": False, "DOWNLOAD_TIMEOUT": 30,
+    "DOWNLOADER_MIDDLEWARES": {"__main__.Loopback": 950},
+    "DOWNLOAD_HANDLERS": {"http": "__main__.PooledHandler", "https": "__main__.PooledHandler"},
+})
+proc.crawl(Sim)
+proc.start()
+json.dump({"pages": Sim.pages, "crawl_s": time.perf_counter() - t0}, open(OUT, "w"))
+'''
+
+
+def scrapy_python() -> Path:
+    """The venv's python, with Scrapy installed (created on first use)."""
+    py = VENV / "bin" / "python"
+    if not py.exists():
+        subprocess.run([sys.executable, "-m", "venv", "--clear", str(VENV)], check=True)
+    ok = subprocess.run([str(py), "-c", f"import scrapy, sys; sys.exit(scrapy.__version__ != {SCRAPY_VERSION!r})"],
+                        capture_output=True).returncode == 0
+    if not ok:
+        subprocess.run([str(py), "-m", "pip", "install", "-q", f"scrapy=={SCRAPY_VERSION}"], check=True)
+    return py
+
+
+def scope_regex(seeds: list[str]) -> str:
+    r"""An ``allowed_hosts`` pattern matching exactly the seeds' hosts (``kind-NNN.sim.test``), short
+    enough for the setting's length limit: ``^(blog-(001|002)|news-(001))\.sim\.test$``."""
+    by_kind: dict[str, list[str]] = {}
+    for u in seeds:
+        kind, _, num = u.split("/")[2].removesuffix(".sim.test").rpartition("-")
+        by_kind.setdefault(kind, []).append(num)
+    return "^(" + "|".join(f"{k}-({'|'.join(v)})" for k, v in by_kind.items()) + r")\.sim\.test$"
+
+
+def run_ours(port: int, seeds: list[str], work: Path, rounds: int, max_pages: int, per_host: int) -> tuple[int, float]:
+    """(pages fetched, whole-process seconds) of ``python -m crawl run``."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    cmd = [sys.executable, "-m", "crawl", "run", "--root", str(work / "root"), "--crawl-id", "bench",
+           "--resolve", f"*.sim.test=127.0.0.1:{port}", "--delay", "0", "--max-pages", str(max_pages),
+           "--max-pages-per-host-per-round", str(per_host), "--round-duration-s", "600", "--no-dashboard",
+           "--allowed-hosts", scope_regex(seeds),
+           "--rounds", str(rounds), "--seeds", *seeds]
+    t0 = time.perf_counter()
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=REPO)
+    wall = time.perf_counter() - t0
+    if out.returncode != 0:
+        raise RuntimeError(f"crawl run failed: {out.stderr[-3000:]}")
+    m = re.search(r"summary: \d+ round\(s\), (\d+) fetched", out.stdout)
+    if not m:
+        raise RuntimeError(f"no summary line in crawl run's output: {out.stdout[-2000:]}")
+    return int(m.group(1)), wall
+
+
+def run_scrapy(py: Path, port: int, seeds: list[str], work: Path, budget: int, conc: int,
+               per_host: int) -> tuple[int, float]:
+    """(pages, whole-process seconds) of the Scrapy spider."""
+    spider, seeds_file, out = work / "spider.py", work / "seeds.txt", work / "scrapy.json"
+    spider.write_text(SPIDER)
+    seeds_file.write_text("\n".join(seeds))
+    t0 = time.perf_counter()
+    res = subprocess.run([str(py), str(spider), str(port), str(seeds_file), str(budget), str(conc), str(per_host),
+                          str(out)], capture_output=True, text=True, cwd=work)
+    wall = time.perf_counter() - t0
+    if res.returncode != 0 or not out.exists():
+        raise RuntimeError(f"scrapy failed: {res.stderr[-3000:]}")
+    return int(json.loads(out.read_text())["pages"]), wall
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--hosts", type=int, default=200)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--max-pages", type=int, default=2000, help="crawl run's budget per round")
+    ap.add_argument("--per-host", type=int, default=100, help="crawl run's max pages per host per round")
+    ap.add_argument("--concurrency", type=int, default=64, help="Scrapy CONCURRENT_REQUESTS")
+    ap.add_argument("--runs", type=int, default=1, help="back-to-back pairs")
+    args = ap.parse_args()
+    py = scrapy_python()
+    seeds = [h.base + "/" for h in build(SimParams(seed=args.seed, hosts=args.hosts)).good_hosts()]
+    load = os.getloadavg()[0]
+    for i in range(args.runs):
+        work = Path(tempfile.mkdtemp(prefix="scrapy-bench-"))
+        proc, port = launch(args.hosts, args.seed, work / "access.jsonl")
+        try:
+            pages, ours_s = run_ours(port, seeds, work, args.rounds, args.max_pages, args.per_host)
+            s_pages, scrapy_s = run_scrapy(py, port, seeds, work, pages, args.concurrency, 1)
+        finally:
+            proc.terminate()
+            proc.wait(10)
+            shutil.rmtree(work, ignore_errors=True)
+        ours, theirs = pages / ours_s, s_pages / scrapy_s
+        print(f"run {i + 1}: {len(seeds)} seed hosts; crawl run {pages} pages in {ours_s:.1f} s = {ours:.1f} pages/s; "
+              f"Scrapy {SCRAPY_VERSION} {s_pages} pages in {scrapy_s:.1f} s = {theirs:.1f} pages/s; "
+              f"load {load:.1f}")
+        print(f"RESULT vs_scrapy={ours / theirs:.2f} ours_pages_s={ours:.1f} scrapy_pages_s={theirs:.1f} "
+              f"pages={pages} load={load:.1f}")
+        load = os.getloadavg()[0]
+
+
+if __name__ == "__main__":
+    main()
