@@ -6,7 +6,10 @@ In one run, over the same URLs of a simulated web with ≥ 500 hosts (politeness
 - ours, fetch only: ``crawl.fetch.fetch_partition`` over the URLs as one fetch list (robots.txt,
   per-host queues, one request in flight per host, WARC writing);
 - ours, end to end: one full round (inject, generate, fetch+parse on the embedded Dask cluster,
-  update with dedup, index, reprioritise, publish), timed from generate to publish.
+  update with dedup, index, reprioritise, publish), timed from generate to publish, with the Dask
+  workers' user+system CPU per page next to the bare loop's (ceiling B, this process);
+- fixed cost: on a synthetic crawl of ``--known`` URLs (1 M) with nothing due, one round from inject
+  to publish on the same running cluster (``fixed_round_s``).
 Absolute numbers on a shared 2-core box are noise; the ratios are the figures to compare.
 
     python bench/crawl_bench.py [--hosts 500] [--pages 3000]
@@ -16,14 +19,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import shutil
 import sys
 import tempfile
 import time
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import aiohttp
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from selectolax.lexbor import LexborHTMLParser
@@ -82,12 +88,93 @@ def bench_urls(hosts: int, seed: int, pages: int) -> list[str]:
     return urls[:pages]
 
 
+def synthetic_state(cfg: Any, n: int, hosts: int, now: datetime) -> list[str]:
+    """Publish round 1 of a crawl of ``n`` known URLs on ``hosts`` hosts, all fetched an hour ago and due
+    in 30 days: CrawlDb shards, seen-sets and Bloom filters as update writes them. Returns a few URLs of
+    it (known, so injecting them queues nothing). A stand-in until bench/scale_bench.py's builder lands."""
+    from crawl import crawldb, seen
+    from crawl.store import Store
+
+    store = Store(cfg.root, cfg.crawl_id)
+    rng = np.random.default_rng(7)
+    host_of = rng.integers(0, hosts, n)
+    host_names = np.array([f"h{i:05d}.sim.test" for i in range(hosts)], dtype=object)
+    urls = [f"http://{host_names[h]}/p/{i}" for i, h in enumerate(host_of)]
+    hashes = np.array([url_hash(u) for u in urls], np.uint64)
+    ts = lambda dt: pa.array(np.full(n, int(dt.timestamp() * 1000)), pa.int64()).cast(pa.timestamp("ms", "UTC"))  # noqa: E731
+    last = now - timedelta(hours=1)
+    table = crawldb.conform(pa.table({
+        "url": urls, "url_hash": pa.array(hashes), "host": pa.array(host_names[host_of], pa.string()),
+        "pkey": pa.array(host_names[host_of], pa.string()), "depth": pa.array(rng.integers(0, 8, n, dtype=np.int32)),
+        "discovered_round": pa.array(np.ones(n, np.int32)), "source": pa.array(["link"] * n, pa.string()),
+        "status": pa.array(["fetched"] * n, pa.string()), "http_status": pa.array(np.full(n, 200, np.int32)),
+        "fetch_time": ts(last), "last_success_time": ts(last), "first_fetch_time": ts(last),
+        "fetch_count": pa.array(np.ones(n, np.int32)), "check_count": pa.array(np.zeros(n, np.int32)),
+        "change_count": pa.array(np.zeros(n, np.int32)), "retry_count": pa.array(np.zeros(n, np.int32)),
+        "next_fetch_time": ts(now + timedelta(days=30)), "priority": pa.array(rng.random(n)),
+        "payload_digest": pa.array([f"sha1:{h:016x}" for h in hashes.tolist()], pa.string()),
+        "simhash": pa.array(rng.integers(-2**62, 2**62, n)), "inlinks": pa.array(rng.integers(0, 20, n, dtype=np.int32)),
+        "importance": pa.array(rng.random(n) / n), "change_rate": pa.array(rng.random(n) / 10),
+        "round": pa.array(np.ones(n, np.int32)), "unchanged_time_s": pa.array(np.zeros(n)),
+        "changed_time_s": pa.array(np.zeros(n)), "fetch_interval_s": pa.array(np.full(n, 30 * 86400.0)),
+    }))
+    crawldb.write(store, 1, cfg.url_shards, table)
+    for s, part in enumerate(seen.split_by_shard(hashes, cfg.url_shards)):
+        srt = seen.sorted_unique(part)
+        seen.write_seen(store.url(store.seen_file(1, s, "parquet")), srt)
+        bloom = seen.BloomFilter.create(max(cfg.bloom_expected_urls // cfg.url_shards, 2 * srt.size, 1024),
+                                        cfg.bloom_fp_rate)
+        bloom.add(srt)
+        bloom.save(store.url(store.seen_file(1, s, "bloom")))
+    store.publish(1, {"round": 1, "crawl_id": cfg.crawl_id, "synthetic": True})
+    return urls[:3]
+
+
+def fixed_round(work: Path, port: int, n: int, client: Any) -> tuple[float, float, dict[str, float]]:
+    """(seconds of one round with nothing due on a synthetic crawl of ``n`` known URLs, inject to publish,
+    seconds to build that state, seconds per step)."""
+    cfg = load_config(overrides={
+        "root": str(work / "fixed"), "crawl_id": "fixed", "resolve": [f"*.sim.test=127.0.0.1:{port}"],
+        "politeness_delay_s": 0.0, "partitions": 4,
+    }, use_env=False)
+    now = datetime.now(UTC)
+    t0 = time.perf_counter()
+    known = synthetic_state(cfg, n, 1000, now - timedelta(hours=1))
+    built = time.perf_counter() - t0
+    steps: dict[str, float] = {}
+
+    t0 = time.perf_counter()
+    rnd.inject(cfg, known, now)
+    steps["inject"] = time.perf_counter() - t0
+    for name, fn in (("generate", lambda: rnd.generate(cfg, now)),
+                     ("fetch_parse", lambda: rnd.fetch_parse(cfg, 2, now, client=client)),
+                     ("update", lambda: rnd.update(cfg, 2, now, client)),
+                     ("reprioritise", lambda: rnd.reprioritise(cfg, 2, now)),
+                     ("publish", lambda: rnd.publish(cfg, 2))):
+        t1 = time.perf_counter()
+        fn()
+        steps[name] = time.perf_counter() - t1
+    return sum(steps.values()), built, steps
+
+
+def worker_cpu(client: Any) -> float:
+    """user + system CPU seconds of every Dask worker process so far."""
+    def cpu() -> float:
+        import os
+        t = os.times()
+        return t.user + t.system
+
+    return sum(client.run(cpu).values())
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--hosts", type=int, default=500)
     ap.add_argument("--pages", type=int, default=3000)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--known", type=int, default=1_000_000, help="known URLs of the fixed-cost round's crawl")
     args = ap.parse_args()
+    load0 = os.getloadavg()[0]
     work = Path(tempfile.mkdtemp(prefix="crawl-bench-"))
     proc, port = launch(args.hosts, args.seed, work / "access.jsonl")
     try:
@@ -97,7 +184,9 @@ def main() -> None:
 
         asyncio.run(plain_loop(port, urls, False))  # warm the server's render cache: all runs see warm pages
         ceil_fetch = asyncio.run(plain_loop(port, urls, False))
+        c0 = time.process_time()
         ceil_extract = asyncio.run(plain_loop(port, urls, True))
+        bare_cpu_ms = 1000 * (time.process_time() - c0) / len(urls)
         print(f"ceiling A, bare aiohttp fetch:            {ceil_fetch:8.1f} pages/s")
         print(f"ceiling B, aiohttp + selectolax extract:  {ceil_extract:8.1f} pages/s")
 
@@ -114,18 +203,22 @@ def main() -> None:
         fl = pa.Table.from_arrays([fl.column(f.name).cast(f.type) if f.name in fl.column_names
                                    else pa.nulls(fl.num_rows, f.type) for f in FETCHLIST_SCHEMA],
                                   schema=FETCHLIST_SCHEMA)
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         out = fetch_partition(cfg, fl, root=str(work / "fetchonly"), warc_prefix="warc/fetchonly",
                               now=datetime.now(UTC))
         fetched = int(pc.sum(pc.equal(out.fetches.column("status"), "fetched")).as_py())
         ours_fetch = len(urls) / (time.perf_counter() - t0)
+        fetch_cpu_ms = 1000 * (time.process_time() - c0) / len(urls)
         print(f"ours, fetch only (robots, queues, WARC):  {ours_fetch:8.1f} pages/s  ({fetched} fetched rows)")
 
         with dask_client(cfg) as client:
             rnd.inject(cfg, urls)
+            cpu0 = worker_cpu(client)
             t0 = time.perf_counter()
             summary = rnd.run_round(cfg, None, client=client)
             e2e_s = time.perf_counter() - t0
+            round_cpu_ms = 1000 * (worker_cpu(client) - cpu0) / max(summary["fetch_parse"]["fetched"], 1)
+            fixed_s, built_s, steps = fixed_round(work, port, args.known, client)
         n = summary["fetch_parse"]["fetched"]
         ours_e2e = n / e2e_s
         fp_rate = summary["fetch_parse"]["pages_per_s"]
@@ -134,8 +227,14 @@ def main() -> None:
         print(f"ratios: fetch-only/ceiling A = {ours_fetch / ceil_fetch:.2f}; "
               f"end-to-end/ceiling B = {ours_e2e / ceil_extract:.2f}; "
               f"fetch+parse phase/ceiling B = {fp_rate / ceil_extract:.2f}")
+        print(f"CPU per page: bare aiohttp + selectolax loop {bare_cpu_ms:.2f} ms; ours fetch only (this process) "
+              f"{fetch_cpu_ms:.2f} ms; ours round, Dask workers' user+sys {round_cpu_ms:.2f} ms")
+        print(f"fixed cost: a round with nothing due on {args.known:,} known URLs (state built in {built_s:.1f} s): "
+              f"{fixed_s:.2f} s = " + ", ".join(f"{k} {v:.2f}" for k, v in steps.items()))
         print(f"RESULT e2e_pages_s={ours_e2e:.0f} vs_ceiling={ours_e2e / ceil_extract:.2f} "
-              f"fetch_only_vs_ceiling={ours_fetch / ceil_fetch:.2f}")
+              f"fetch_only_vs_ceiling={ours_fetch / ceil_fetch:.2f} fixed_round_s={fixed_s:.2f} "
+              f"cpu_ms_per_page={round_cpu_ms:.2f} bare_cpu_ms_per_page={bare_cpu_ms:.2f} "
+              f"load={load0:.1f}-{os.getloadavg()[0]:.1f}")
     finally:
         proc.terminate()
         proc.wait(10)
