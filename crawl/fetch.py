@@ -1184,6 +1184,19 @@ def _parse_iso(value: str) -> datetime:
     return dt if dt.tzinfo else dt.replace(tzinfo=UTC)
 
 
+def event_loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """uvloop's event loop for the fetch loop when installed (None: asyncio's default loop).
+
+    Why: the fetch loop's own CPU (event loop, transports, timers) is a fixed share of every request;
+    bench/loop_bench.py measures uvloop against asyncio's loop on the same fetch list, same run.
+    """
+    try:
+        import uvloop
+    except ImportError:
+        return None
+    return uvloop.new_event_loop
+
+
 def fetch_partition(
     cfg: CrawlConfig,
     fetchlist: pa.Table,
@@ -1224,7 +1237,8 @@ def fetch_partition(
             f.warcs[subset] = stack.enter_context(WarcFile.open(root, name, user_agent=cfg.user_agent))
         # exits first (LIFO): every queued record is written before the WARC files are closed
         stack.enter_context(f.writer)
-        asyncio.run(f.run())
+        with asyncio.Runner(loop_factory=event_loop_factory()) as runner:
+            runner.run(f.run())
         if f.stopped:
             raise FetchStopped(f"fetch of {warc_prefix} stopped after {f.stats.get('requests', 0)} requests: "
                                "the round is no longer this task's (lease or scheduler gone)")
