@@ -85,6 +85,27 @@ CHROMIUM_ARGS = ("--no-sandbox", "--disable-gpu", "--disable-background-networki
                  "--disable-dev-shm-usage")
 _GAP_MARGIN_S = 0.002
 QUIET_S = 0.15  # a page is done when no request of it has been in progress for this long
+# In the page, before its scripts: count fetch/XHR calls in progress (incremented synchronously, so a
+# request a script is about to make is never missed, however slowly its route message arrives) and
+# stamp the last request or DOM change; the render waits for 0 pending and QUIET_S without a change.
+IDLE_INIT_JS = """(() => {
+  const rc = window.__recrawl = {pending: 0, last: performance.now()};
+  const touch = () => { rc.last = performance.now(); };
+  const f = window.fetch;
+  if (f) window.fetch = function (...a) {
+    rc.pending++; touch();
+    return f.apply(this, a).finally(() => { rc.pending--; touch(); });
+  };
+  const send = XMLHttpRequest.prototype.send;
+  XMLHttpRequest.prototype.send = function (...a) {
+    rc.pending++; touch();
+    this.addEventListener('loadend', () => { rc.pending--; touch(); });
+    return send.apply(this, a);
+  };
+  new MutationObserver(touch).observe(document, {subtree: true, childList: true, attributes: true,
+                                                characterData: true});
+})();"""
+IDLE_JS = "q => window.__recrawl && window.__recrawl.pending === 0 && performance.now() - window.__recrawl.last > q"
 _APP_ROOT_IDS = frozenset({"root", "app", "__next", "__nuxt", "___gatsby", "svelte", "app-root"})
 _LOADING = re.compile(r"^\s*loading\s*(?:\.\.\.|…)?\s*$", re.IGNORECASE)
 _DOM_WRITE = re.compile(r"innerHTML|appendChild|insertAdjacentHTML|createElement")
@@ -324,11 +345,18 @@ class BrowserRenderer:
                     busy[1] = time.monotonic()
 
             await page.route("**/*", handle)
+            await page.add_init_script(IDLE_INIT_JS)
             await page.goto(url, wait_until="load")
-            # idle = no routed request in progress for QUIET_S: every request passes our route, so this
-            # is exact and ends sooner than Playwright's networkidle (500 ms of silence)
-            while busy[0] > 0 or time.monotonic() - busy[1] < QUIET_S:
-                await asyncio.sleep(0.02)
+            # idle: no fetch/XHR pending and no DOM change for QUIET_S in the page, and no routed request
+            # (scripts, frames) in progress for QUIET_S here; sooner than Playwright's networkidle (500 ms
+            # of network silence) and it also waits for the DOM writes that follow the last answer
+            for _ in range(3):
+                await page.wait_for_function(IDLE_JS, arg=QUIET_S * 1000, polling=50,
+                                             timeout=self.cfg.render_timeout_s * 1000)
+                while busy[0] > 0 or time.monotonic() - busy[1] < QUIET_S:
+                    await asyncio.sleep(0.02)
+                if await page.evaluate(IDLE_JS, QUIET_S * 1000):
+                    break
             res.html = await page.content()
         finally:
             await ctx.close()

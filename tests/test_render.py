@@ -75,11 +75,18 @@ def test_heuristic_on_the_truth(spaweb) -> None:
 
 
 def test_crawl_renders_spa_pages(spaweb, canary, tmp_path) -> None:
+    """One round: SPA pages found by the heuristic (render_auto), the SSRF bait host by render_hosts,
+    JS-only link pages of good hosts by the heuristic too; SSR decoys and plain pages are not rendered."""
     truth = spaweb.spa.truth_table()
-    seeds = truth.column("url").to_pylist() + [f"http://{SSRF_HOST}/"]
+    good = {h.name for h in spaweb.model.good_hosts()}
+    js_only = [r["url"] for r in spaweb.truth().to_pylist()
+               if r["js_only"] and r["host"] in good and r["robots_allowed"]][:3]
+    plain = [h.base + "/" for h in spaweb.model.good_hosts()[:2]]
+    assert len(js_only) == 3
+    seeds = truth.column("url").to_pylist() + [f"http://{SSRF_HOST}/"] + js_only + plain
     cfg = load_config(overrides={
         "root": str(tmp_path / "crawl"), "crawl_id": "spa", "resolve": [spaweb.resolve_rule],
-        "render_hosts": "spa-*.sim.test", "render_concurrency": 2, "politeness_delay_s": DELAY,
+        "render_hosts": SSRF_HOST, "render_auto": True, "render_concurrency": 2, "politeness_delay_s": DELAY,
         "partitions": 2, "url_shards": 2, "max_pages": 200, "round_duration_s": 120.0,
         "connect_timeout_s": 2.0, "read_timeout_s": 5.0, "total_timeout_s": 10.0, "dask_workers": 2,
         "dask_dashboard": False, "sitemaps": False,
@@ -95,10 +102,11 @@ def test_crawl_renders_spa_pages(spaweb, canary, tmp_path) -> None:
     links = pa.concat_tables([store.read_table(store.part_file(n, "rawlinks", k), LINK_SCHEMA) for k in parts])
     fetched = pa.concat_tables([store.read_table(store.part_file(n, "fetched", k), FETCH_SCHEMA) for k in parts])
 
-    # every SPA page and the SSRF bait page were rendered (render_hosts), nothing else
-    assert sorted(rendered.column("url").to_pylist()) == sorted(seeds)
+    # script-built SPA pages and JS-only pages by the heuristic, the bait host by config, nothing else
+    reasons = dict(zip(rendered.column("url").to_pylist(), rendered.column("reason").to_pylist(), strict=True))
+    built_urls = [r["url"] for r in truth.to_pylist() if r["script_built"]]
+    assert reasons == {**{u: "heuristic" for u in built_urls + js_only}, f"http://{SSRF_HOST}/": "config"}
     assert set(rendered.column("status").to_pylist()) == {"rendered"}, rendered.column("error").to_pylist()
-    assert set(rendered.column("reason").to_pylist()) == {"config"}
 
     # rendered text and links are found, as the truth says
     text = dict(zip(pages.column("url").to_pylist(), pages.column("text").to_pylist(), strict=True))
@@ -113,6 +121,15 @@ def test_crawl_renders_spa_pages(spaweb, canary, tmp_path) -> None:
         want = set(r["rendered_links"] or []) | set(r["static_links"] or [])
         assert want <= out.get(r["url"], set()), (r["url"], want - out.get(r["url"], set()))
     assert built >= 2 * SPA_HOSTS
+    # a JS-only page's links exist only in its script (reversed strings): the rendered DOM has them all
+    model = spaweb.model
+    for u in js_only:
+        pid = model.url_index[u]
+        want = {model.url(int(d)) for d in model.link_dst[model.links(pid)]}
+        from crawl.url import canonicalize
+
+        got = {canonicalize(x) for x in out.get(u, set())}
+        assert len(want) >= 5 and want <= got, (u, len(want - got))
     assert "ssrf page rendered" in text[f"http://{SSRF_HOST}/"]
     # rendered links became CrawlDb rows in update (new URLs of the next round's generate)
     from crawl import crawldb
