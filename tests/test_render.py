@@ -60,17 +60,22 @@ def test_heuristic_on_the_truth(spaweb) -> None:
     js_only = [r["url"] for r in model_truth if r["js_only"]]
     plain = [r["url"] for r in model_truth if r["page_type"] in ("home", "article") and not r["js_only"]
              and r["kind"] not in ("hostile", "trap")][:150]
-    cases = [(r["url"], r["script_built"]) for r in truth] + [(u, True) for u in js_only] + [(u, False) for u in plain]
+    cases = ([(r["url"], r["script_built"], "spa-" + r["variant"]) for r in truth]
+             + [(u, True, "js-only") for u in js_only] + [(u, False, "plain") for u in plain])
     tp = fp = fn = 0
-    for url, built in cases:
+    found: dict[str, list[int]] = {}
+    for url, built, kind in cases:
         status, _, body = spaweb.request(url)
         assert status == 200, url
         flagged = page_signals(body).script_built(60)
         tp += flagged and built
         fp += flagged and not built
         fn += built and not flagged
+        found.setdefault(kind, [0, 0])[0] += flagged
+        found[kind][1] += 1
     precision, recall = tp / (tp + fp), tp / (tp + fn)
-    print(f"heuristic: {len(cases)} pages, {tp + fn} script-built, precision={precision:.3f} recall={recall:.3f}")
+    print(f"heuristic: {len(cases)} pages, {tp + fn} script-built, precision={precision:.3f} recall={recall:.3f}, "
+          "flagged per kind: " + ", ".join(f"{k} {a}/{b}" for k, (a, b) in sorted(found.items())))
     assert precision == 1.0 and recall == 1.0, (tp, fp, fn)
 
 
