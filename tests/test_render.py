@@ -171,6 +171,12 @@ def test_crawl_renders_spa_pages(spaweb, canary, tmp_path) -> None:
     assert canary.hits == []
     ssrf = rendered.filter(pc.equal(rendered.column("host"), SSRF_HOST)).to_pylist()[0]
     assert ssrf["blocked"] >= 4
+    by = {}
+    for k in parts:
+        for why, c in store.read_json(store.part_file(n, "rendered", k, "done"))["blocked_by"].items():
+            by[why] = by.get(why, 0) + c
+    # 127.0.0.1 and [::1] refused by the address guard's classifier (crawl.net), not only as third parties
+    assert by.get("private_address", 0) >= 2 and by.get("third_party", 0) >= 1, by
 
     # conversion records read back with warcio and refer to their response records
     resp_ids = {}
