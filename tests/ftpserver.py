@@ -15,6 +15,7 @@ space, and a file bigger than the test's body cap.
 
 from __future__ import annotations
 
+import functools
 import logging
 import random
 import re
@@ -36,12 +37,17 @@ TREE_TEXT = {
 }
 
 
+@functools.cache
+def _binaries() -> tuple[bytes, bytes]:
+    """The binary file and the over-the-cap one: seeded random bytes, made once per process."""
+    rng = random.Random(12)
+    return rng.randbytes(5000), rng.randbytes(BIG_SIZE)
+
+
 def make_tree(root: Path) -> dict[str, bytes]:
     """Write the test tree under ``root``; returns path (relative, ``/``-separated) -> content."""
     files = dict(TREE_TEXT)
-    rng = random.Random(12)
-    files["bin/blob.bin"] = rng.randbytes(5000)
-    files["big.iso"] = rng.randbytes(BIG_SIZE)
+    files["bin/blob.bin"], files["big.iso"] = _binaries()
     for rel, data in files.items():
         p = root / rel
         p.parent.mkdir(parents=True, exist_ok=True)
