@@ -140,8 +140,10 @@ def test_crawl_renders_spa_pages(spaweb, canary, tmp_path) -> None:
     from crawl import crawldb
 
     db_urls = set(crawldb.read(store, n, cfg.url_shards).column("url").to_pylist())
-    friends = {u for r in truth.to_pylist() for u in r["rendered_links"] if ".sim.test/" in u and "spa-" not in u}
+    friends = {u for r in truth.to_pylist() for u in r["rendered_links"] if "spa-" not in u} - set(seeds)
+    js_targets = {model.url(int(d)) for u in js_only for d in model.link_dst[model.links(model.url_index[u])]}
     assert friends and friends <= db_urls
+    assert len(js_targets - set(seeds)) >= 10 and js_targets <= db_urls
 
     # the server's view: per host one request in flight and >= the delay between starts, browser requests
     # included; nothing to the tracker, nothing robots.txt forbids
