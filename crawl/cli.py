@@ -26,7 +26,7 @@ from crawl.config import (
     describe,
     load_config,
 )
-from crawl.errors import ClusterError, LeaseHeld, LeaseLost, SeedError
+from crawl.errors import ClusterError, LeaseHeld, LeaseLost, PartitionFailed, SeedError
 from crawl.progress import make_progress
 
 EXIT_LEASE = 3
@@ -158,6 +158,9 @@ def main(argv: list[str] | None = None) -> int:
     except ClusterError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_CLUSTER
+    except PartitionFailed as exc:  # e.g. disk full: the message says whether it was retried
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
 
 
 def _dispatch(args: argparse.Namespace, cfg: CrawlConfig) -> int:

@@ -135,8 +135,10 @@ def _n_workers(client: Any) -> int:
 
 
 def wait_all(client: Any, futures: Iterable[Any], cfg: CrawlConfig, what: str,
-             on_done: Callable[[Any], None] | None = None, stall_s: float | None = None) -> None:
+             on_done: Callable[[Any], Iterable[Any] | None] | None = None, stall_s: float | None = None) -> None:
     """Wait for every future, calling ``on_done(future)`` as each finishes; never hang silently.
+
+    ``on_done`` may return new futures (resubmissions) to wait for as well.
 
     Raises :class:`ClusterError` naming the scheduler when the scheduler is lost, when it has had no
     worker for ``dask_wait_for_workers_s``, or when nothing finished for ``stall_s`` (default: the
@@ -159,7 +161,7 @@ def wait_all(client: Any, futures: Iterable[Any], cfg: CrawlConfig, what: str,
         for fut in done:
             try:
                 if on_done is not None:
-                    on_done(fut)
+                    pending |= set(on_done(fut) or ())
                 else:
                     fut.result()
             except CancelledError as exc:

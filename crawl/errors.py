@@ -30,3 +30,33 @@ class FetchStopped(RuntimeError):
 
 class ClusterError(RuntimeError):
     """The Dask cluster cannot run the round (unreachable scheduler, no workers); names the address."""
+
+
+class PartitionFailed(RuntimeError):
+    """A partition's fetch or parse failed for good (not retryable, or out of retries)."""
+
+
+# errno values a retry cannot fix: the disk or quota is full, or the crawl root is not writable
+_PERMANENT_ERRNOS = {28: "no space left on device", 122: "disk quota exceeded", 13: "permission denied",
+                     1: "operation not permitted", 30: "read-only file system"}
+
+
+def permanent_reason(exc: BaseException) -> str | None:
+    """Why retrying ``exc`` cannot help (disk full, permissions, read-only root), or None if it might.
+
+    Looks at the errno of any ``OSError`` in the cause chain, and at the message for libraries that
+    re-wrap it without an errno (Arrow's ``OSError: ... No space left on device``).
+    """
+    seen: BaseException | None = exc
+    for _ in range(6):
+        if seen is None:
+            break
+        if isinstance(seen, OSError):
+            if seen.errno in _PERMANENT_ERRNOS:
+                return _PERMANENT_ERRNOS[seen.errno]
+            text = str(seen).lower()
+            for reason in _PERMANENT_ERRNOS.values():
+                if reason in text:
+                    return reason
+        seen = seen.__cause__ or seen.__context__
+    return None

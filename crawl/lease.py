@@ -143,16 +143,17 @@ def _create_only(store: Store, path: str, data: bytes) -> bool:
         parent = path.rsplit("/", 1)[0]
         os.makedirs(parent, exist_ok=True)
         tmp = f"{path}.tmp-{uuid.uuid4().hex}"
-        with open(tmp, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
         try:
+            with open(tmp, "wb") as fh:
+                fh.write(data)
+                fh.flush()
+                os.fsync(fh.fileno())
             os.link(tmp, path)  # atomic create-only of a complete file
         except FileExistsError:
             return False
         finally:
-            os.unlink(tmp)
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
         return True
     with contextlib.suppress(Exception):
         fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)

@@ -21,7 +21,7 @@ import pyarrow.compute as pc
 
 from crawl import crawldb, frontier, schedule, seen
 from crawl.config import ConfigError, CrawlConfig
-from crawl.errors import SeedError
+from crawl.errors import FetchStopped, LeaseLost, PartitionFailed, SeedError, permanent_reason
 from crawl.lease import FETCH_PHASE, Lease, held
 from crawl.progress import steps_of
 from crawl.store import Store
@@ -29,6 +29,7 @@ from crawl.tasks import fetch_task, host_crawl_delays, parse_task, render_task, 
 from crawl.url import InvalidURL, canonicalize, filter_reason, host_of, parse_url, url_hash
 
 SEED_PRIORITY = 1_000.0
+PART_RETRIES = 2  # resubmissions of a partition whose fetch or parse raised a retryable error
 Progress = Callable[[str], None]
 
 
@@ -247,35 +248,59 @@ def _check_parsers(cfg: CrawlConfig) -> None:
 
 def _run_parts(client: Any, cfg: CrawlConfig, round_no: int, parts: list[int], now: datetime,
                progress: Progress | None, token: int | None = None) -> list[dict[str, Any]]:
+    """One fetch and one parse task per partition; a failed pair is resubmitted up to
+    :data:`PART_RETRIES` times, unless its error is one a retry cannot fix (disk full, permissions:
+    :func:`~crawl.errors.permanent_reason`) or the lease is gone. Dask's own ``retries`` cannot tell
+    errors apart, so the driver decides. A worker lost mid-task is Dask's business (the task is
+    rescheduled on another worker) and is not counted here.
+    """
     from crawl.cluster import wait_all
     from crawl.render import check_browser_workers, render_enabled
 
     render = render_enabled(cfg)
     if render:
         check_browser_workers(client)
-    futures = {}
-    for k in parts:
-        f = client.submit(fetch_task, cfg, round_no, k, now, token, key=f"fetch-{cfg.crawl_id}-{round_no}-{k}",
-                          retries=2, pure=False)
+    futures: dict[Any, tuple[int, Any, Any, int]] = {}
+
+    def submit(k: int, attempt: int) -> Any:
+        tag = f"{cfg.crawl_id}-{round_no}-{k}" + (f"-retry{attempt}" if attempt else "")
+        f = client.submit(fetch_task, cfg, round_no, k, now, token, key=f"fetch-{tag}", pure=False)
         r = None
         if render:  # after the fetch, before the parse, on a worker with a browser (crawl.render)
-            r = client.submit(render_task, cfg, round_no, k, f, key=f"render-{cfg.crawl_id}-{round_no}-{k}",
-                              retries=1, pure=False, resources={"browser": 1})
-        p = client.submit(parse_task, cfg, round_no, k, r if r is not None else f,
-                          key=f"parse-{cfg.crawl_id}-{round_no}-{k}", retries=2, pure=False)
-        futures[p] = (k, f, r)
+            r = client.submit(render_task, cfg, round_no, k, f, key=f"render-{tag}", pure=False,
+                              resources={"browser": 1})
+        p = client.submit(parse_task, cfg, round_no, k, r if r is not None else f, key=f"parse-{tag}",
+                          pure=False)
+        futures[p] = (k, f, r, attempt)
+        return p
+
+    for k in parts:
+        submit(k, 0)
     out: list[dict[str, Any]] = []
 
-    def done(fut: Any) -> None:
-        k, ffut, rfut = futures[fut]
-        parse_stats = fut.result()
-        fetch_stats = ffut.result()
+    def done(fut: Any) -> list[Any]:
+        k, ffut, rfut, attempt = futures[fut]
+        try:
+            parse_stats = fut.result()
+            fetch_stats = ffut.result()
+            render_stats = rfut.result() if rfut is not None else None
+        except (FetchStopped, LeaseLost):
+            raise
+        except Exception as exc:
+            reason = permanent_reason(exc)
+            if reason is None and attempt < PART_RETRIES:
+                if progress:
+                    progress(f"  partition {k:03d} failed ({exc!r}); retry {attempt + 1} of {PART_RETRIES}")
+                return [submit(k, attempt + 1)]
+            why = f"not retried: {reason}" if reason else f"after {attempt + 1} attempts"
+            raise PartitionFailed(f"round {round_no} partition {k:03d} failed ({why}): {exc}") from exc
         out.append({"part": k, "fetch": fetch_stats, "parse": parse_stats,
-                    **({"render": rfut.result()} if rfut is not None else {})})
+                    **({"render": render_stats} if rfut is not None else {})})
         if progress:
-            progress(f"  partition {k:03d} done ({len(out)}/{len(futures)}): "
+            progress(f"  partition {k:03d} done ({len(out)}/{len(parts)}): "
                      f"{fetch_stats.get('requests', 0)} fetched, {parse_stats.get('pages', 0)} parsed")
         steps_of(progress).advance(int(fetch_stats.get("requests", 0) or 0))
+        return []
 
     wait_all(client, list(futures), cfg, f"round {round_no} fetch/parse", done)
     return sorted(out, key=lambda r: r["part"])

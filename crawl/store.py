@@ -275,11 +275,16 @@ def atomic_write(fs: fsspec.AbstractFileSystem, path: str, data: bytes) -> None:
     if fs.__class__.__name__ == "LocalFileSystem":
         os.makedirs(parent, exist_ok=True)
         tmp = f"{path}.tmp-{uuid.uuid4().hex}"
-        with open(tmp, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
+        try:
+            with open(tmp, "wb") as fh:
+                fh.write(data)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, path)
+        except BaseException:  # e.g. disk full: leave no half-written temp file behind
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
         return
     fs.makedirs(parent, exist_ok=True)
     fs.pipe_file(path, data)

@@ -372,3 +372,47 @@ def test_scheduler_killed_mid_fetch_then_immediate_rerun_stays_polite(make_simwe
     assert figs["gaps_below_delay"] == 0, figs
     assert not after_kill, "the dead attempt's fetchers went on after their scheduler died"
     assert _state(cfg) == _state(ref)
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 64 MB tmpfs: a real filesystem that fills up (mounting needs root and CAP_SYS_ADMIN)."""
+    mnt = tmp_path / "disk"
+    mnt.mkdir()
+    res = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(mnt)], capture_output=True, text=True)
+    if res.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {res.stderr.strip()}")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+def test_disk_full_during_fetch_is_not_retried_blindly(make_simweb, small_disk):
+    sw = make_simweb()
+    cfg = _cfg(small_disk / "root", sw, max_pages=200)
+    store = Store(cfg.root, cfg.crawl_id)
+    rnd.run_round(cfg, sw.seed_urls(4), T0)
+    free = os.statvfs(small_disk)
+    filler = small_disk / "filler"
+    with open(filler, "wb") as fh:  # leave ~400 KB: round 2's WARC files fill the disk mid-fetch
+        fh.write(b"\0" * (free.f_bavail * free.f_frsize - 400_000))
+    since = time.time()
+    t1 = T0 + timedelta(hours=1)
+    out = subprocess.run(_cli(cfg, "round", "--now", t1.isoformat()), capture_output=True, text=True, timeout=300)
+    print(f"\ndisk full: exit {out.returncode}: {out.stderr.strip().splitlines()[-1]}")
+    assert out.returncode == 1 and "not retried: no space left on device" in out.stderr, out.stderr[-2000:]
+    assert store.current_round() == 1
+    figs = _gaps(sw.access_log, since, cfg.politeness_delay_s)
+    print(f"disk full: {figs}")
+    assert figs["repeated"] == 0, "a partition that failed on a full disk was fetched again"
+    filler.unlink()
+    dead = lease.current(store)
+    while dead is not None and dead.live():
+        time.sleep(0.1)
+    rerun = subprocess.run(_cli(cfg, "round", "--now", t1.isoformat()), capture_output=True, text=True, timeout=300)
+    assert rerun.returncode == 0, rerun.stderr[-2000:]
+    assert store.current_round() == 2 and _temp_files(Path(cfg.root)) == []
+    total = _gaps(sw.access_log, since, cfg.politeness_delay_s)
+    print(f"disk full then rerun: {total}")
+    assert total["gaps_below_delay"] == 0
