@@ -369,8 +369,37 @@ def read_record(root: str, rel_path: str, offset: int, length: int) -> WarcRecor
     raise ValueError(f"no WARC record at {rel_path}@{offset}+{length}")
 
 
-def iter_records(root: str, rel_path: str) -> Iterator[WarcRecordData]:
-    """All records of a file in order (warcinfo included), each with its offset and length."""
+def iter_records_fastwarc(root: str, rel_path: str) -> Iterator[WarcRecordData]:
+    """:func:`iter_records` read with FastWARC (C++): the same records, several times faster
+    (bench/warcread_bench.py). The record length is the distance to the next record's offset (or the
+    file's end): every record is its own gzip member, as :class:`WarcFile` writes them."""
+    from fastwarc.warc import ArchiveIterator as FastIterator
+
+    fs, path = _fs_and_path(root, rel_path)
+    with fs.open(path, "rb") as fh:
+        prev: WarcRecordData | None = None
+        for rec in FastIterator(fh, parse_http=True, auto_decode="none"):
+            warc_headers = dict(rec.headers.asdict())
+            status, reason, headers = 0, "", []
+            if rec.is_http and rec.http_headers is not None:
+                headers = list(rec.http_headers.astuples())
+                if str(rec.record_type) in ("response", "revisit"):
+                    code, _, reason = rec.http_headers.status_line.partition(" ")[2].partition(" ")
+                    status = int(code) if code.isdigit() else 0
+            data = WarcRecordData(warc_type=str(rec.record_type), url=warc_headers.get("WARC-Target-URI"),
+                                  http_status=status, http_headers=headers, payload=rec.reader.read(),
+                                  warc_headers=warc_headers, offset=rec.stream_pos, http_reason=reason)
+            if prev is not None:
+                prev.length = data.offset - prev.offset
+                yield prev
+            prev = data
+        if prev is not None:
+            prev.length = fs.size(path) - prev.offset
+            yield prev
+
+
+def iter_records_warcio(root: str, rel_path: str) -> Iterator[WarcRecordData]:
+    """:func:`iter_records` read with warcio (the reference reader)."""
     fs, path = _fs_and_path(root, rel_path)
     with fs.open(path, "rb") as fh:
         it = ArchiveIterator(fh)
@@ -379,6 +408,14 @@ def iter_records(root: str, rel_path: str) -> Iterator[WarcRecordData]:
             data.offset = it.get_record_offset()
             data.length = it.get_record_length()
             yield data
+
+
+def iter_records(root: str, rel_path: str) -> Iterator[WarcRecordData]:
+    """All records of a file in order (warcinfo included), each with its offset and length.
+
+    Read with FastWARC: the same records as warcio's reader, 2.7x less CPU (bench/warcread_bench.py);
+    warcio still writes them (crawl.warc.WarcFile)."""
+    return iter_records_fastwarc(root, rel_path)
 
 
 __all__ = [

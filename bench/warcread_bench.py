@@ -1,0 +1,85 @@
+"""Reading a partition's WARC back: warcio (crawl.warc.iter_records) against FastWARC, same files, same run.
+
+Fetches ``--pages`` pages of the crawl_bench set into WARC files with ``crawl.fetch.fetch_partition``,
+then reads every file back ``--reps`` times with each reader, alternating, checks both give the same
+records (type, URL, status, headers, payload, offset, length) and prints records/s and
+``RESULT fastwarc_vs_warcio=<speed ratio> same=<True|False>``.
+
+    python bench/warcread_bench.py [--hosts 200] [--pages 2000] [--reps 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from crawl_bench import bench_urls  # noqa: E402
+
+from crawl import warc  # noqa: E402
+from crawl.config import load_config  # noqa: E402
+from crawl.fetch import fetch_partition  # noqa: E402
+from crawl.records import FETCHLIST_SCHEMA  # noqa: E402
+from crawl.simweb.launch import launch  # noqa: E402
+from crawl.url import url_hash  # noqa: E402
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--hosts", type=int, default=200)
+    ap.add_argument("--pages", type=int, default=2000)
+    ap.add_argument("--reps", type=int, default=3)
+    args = ap.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="warcread-bench-"))
+    proc, port = launch(args.hosts, 1, work / "access.jsonl")
+    try:
+        urls = bench_urls(args.hosts, 1, args.pages)
+        cfg = load_config(overrides={"root": str(work / "root"), "crawl_id": "w",
+                                     "resolve": [f"*.sim.test=127.0.0.1:{port}"], "politeness_delay_s": 0.0},
+                          use_env=False)
+        fl = pa.table({"url": urls, "url_hash": pa.array([url_hash(u) for u in urls], pa.uint64()),
+                       "host": [u.split("/")[2] for u in urls], "depth": pa.array([1] * len(urls), pa.int32()),
+                       "priority": [1.0] * len(urls)})
+        fl = pa.Table.from_arrays([fl.column(f.name).cast(f.type) if f.name in fl.column_names
+                                   else pa.nulls(fl.num_rows, f.type) for f in FETCHLIST_SCHEMA], schema=FETCHLIST_SCHEMA)
+        out = fetch_partition(cfg, fl, root=cfg.root, warc_prefix="warc/w", now=datetime.now(UTC))
+        files = sorted(set(pc.drop_null(out.fetches.column("warc_filename")).to_pylist()))
+    finally:
+        proc.terminate()
+        proc.wait(10)
+    try:
+        readers = {"warcio": warc.iter_records_warcio, "fastwarc": warc.iter_records_fastwarc}
+        got = {name: [r for f in files for r in fn(cfg.root, f)] for name, fn in readers.items()}
+        same = got["warcio"] == got["fastwarc"]
+        n = len(got["warcio"])
+        times: dict[str, list[float]] = {k: [] for k in readers}
+        for i in range(args.reps):
+            for name in (list(readers) if i % 2 == 0 else list(readers)[::-1]):
+                t0 = time.process_time()
+                for f in files:
+                    for _ in readers[name](cfg.root, f):
+                        pass
+                times[name].append(time.process_time() - t0)
+        for name, ts in times.items():
+            print(f"{name:8s} {n} records: CPU s {', '.join(f'{t:.3f}' for t in ts)} = "
+                  f"{n / statistics.median(ts):,.0f} records/s")
+        ratio = statistics.median(times["warcio"]) / statistics.median(times["fastwarc"])
+        print(f"RESULT fastwarc_vs_warcio={ratio:.2f} same={same} records={n} load={os.getloadavg()[0]:.1f}")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
