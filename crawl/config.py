@@ -240,6 +240,11 @@ class CrawlConfig:
     oracle_rates_path: str = ""  # Parquet (url, change_rate per day) for the oracle policy (benchmarks)
     partitions: int = 8
     url_shards: int = 4
+    # reprioritise work that grows with the whole crawl runs every N rounds (crawl.schedule); in between,
+    # rows keep their importance (new URLs get one PageRank step over the round's own links) and the
+    # last fitted prior predicts
+    importance_every_rounds: int = 1
+    prior_every_rounds: int = 1
     politeness_key: str = "host"  # host | domain | ip
 
     # politeness
@@ -335,6 +340,7 @@ _POSITIVE = {
     "max_query_params", "max_outlinks_per_page", "bloom_expected_urls", "dask_workers",
     "max_path_segments", "max_sitemaps_per_host", "pdf_max_bytes", "pdf_max_pages", "pdf_max_seconds",
     "dask_wait_for_workers_s", "lease_expiry_s", "render_concurrency", "render_timeout_s",
+    "importance_every_rounds", "prior_every_rounds",
 }
 _NON_NEGATIVE = {
     "max_crawl_delay_s", "backoff_base_s", "backoff_cap_s", "robots_ttl_s",

@@ -16,23 +16,25 @@ from __future__ import annotations
 
 import pickle
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import scipy.sparse as sp
-from sklearn.feature_extraction.text import HashingVectorizer
-from sklearn.linear_model import PoissonRegressor
-from sklearn.metrics import mean_poisson_deviance
 
 from crawl.changerate import MAX_RATE, MIN_RATE, changefreq_rate
 from crawl.store import Store
+
+if TYPE_CHECKING:  # scikit-learn and SciPy take seconds to import: only the functions that fit load them
+    import scipy.sparse as sp
+    from sklearn.feature_extraction.text import HashingVectorizer
+    from sklearn.linear_model import PoissonRegressor
 
 MIN_EXPOSURE_DAYS = 0.0     # any evidence trains: the fit weights each row by its exposure
 MIN_TRAIN = 40              # fewer usable URLs: fall back to host pooling
 HOLDOUT_SHARE = 0.2         # by URL hash, stable across rounds
 MAX_TRAIN = 200_000         # training rows kept (a stable hash sample): the fit stays seconds on any CrawlDb
+MAX_HOLDOUT = 50_000        # held-out rows scored for the metrics (a stable hash sample too)
 HOST_PRIOR_DAYS = 5.0       # host pooling: global rate counts as this many days of exposure
 N_FEATURES = 2 ** 16
 _TOKEN = r"[a-z]+|[0-9]+"
@@ -47,6 +49,8 @@ class PriorModel:
 
 
 def _vectorizer() -> HashingVectorizer:
+    from sklearn.feature_extraction.text import HashingVectorizer
+
     return HashingVectorizer(n_features=N_FEATURES, token_pattern=_TOKEN, lowercase=True, alternate_sign=False,
                              norm=None, binary=True)
 
@@ -70,6 +74,12 @@ def url_documents(urls: pa.Array | pa.ChunkedArray) -> list[str]:
     return pc.replace_substring_regex(pc.fill_null(doc, ""), r"[0-9]+", " ").to_pylist()
 
 
+def host_codes(db: pa.Table) -> np.ndarray:
+    """An integer per distinct host (Arrow dictionary codes: no Python string per row)."""
+    enc = pc.dictionary_encode(pc.fill_null(db.column("host"), "").combine_chunks())
+    return enc.indices.to_numpy(zero_copy_only=False)
+
+
 def host_rate(hosts: np.ndarray, events: np.ndarray, exposure: np.ndarray, global_rate: float,
               leave_one_out: bool) -> np.ndarray:
     """Each row's host pooled rate, shrunk to ``global_rate``; optionally without the row's own evidence."""
@@ -83,6 +93,8 @@ def host_rate(hosts: np.ndarray, events: np.ndarray, exposure: np.ndarray, globa
 
 def features(db: pa.Table, host_rates: np.ndarray) -> sp.csr_matrix:
     """Sparse design matrix: hashed URL tokens + numeric columns (depth, query, length, host, changefreq)."""
+    import scipy.sparse as sp
+
     urls = db.column("url").combine_chunks()
     tokens = _vectorizer().transform(url_documents(urls))
     depth = pc.fill_null(db.column("depth"), 0).to_numpy(zero_copy_only=False).astype(np.float64)
@@ -115,16 +127,22 @@ def _holdout(url_hash: np.ndarray) -> np.ndarray:
 
 def fit(db: pa.Table, events: np.ndarray, exposure: np.ndarray, checks: np.ndarray) -> PriorModel:
     """Fit the prior on rows with enough history; held-out rows give the deviance metrics."""
+    from sklearn.linear_model import PoissonRegressor
+    from sklearn.metrics import mean_poisson_deviance
+
     total_ex = float(exposure.sum())
     global_rate = float(np.clip(events.sum() / total_ex, MIN_RATE, MAX_RATE)) if total_ex > 0 else 1.0 / 7.0
     usable = _usable(exposure)
-    hosts = db.column("host").to_numpy(zero_copy_only=False)
+    hosts = host_codes(db)
     held = _holdout(db.column("url_hash").to_numpy()) & usable
     train = usable & ~held
+    h = db.column("url_hash").to_numpy().astype(np.uint64)
     if train.sum() > MAX_TRAIN:
         keep_share = MAX_TRAIN / train.sum()
-        h = db.column("url_hash").to_numpy().astype(np.uint64)
         train &= ((h // np.uint64(1000)) % np.uint64(10_000)) < np.uint64(int(keep_share * 10_000))
+    if held.sum() > MAX_HOLDOUT:  # the metrics need a sample, not every held-out URL
+        keep_share = MAX_HOLDOUT / held.sum()
+        held &= ((h // np.uint64(1000)) % np.uint64(10_000)) < np.uint64(int(keep_share * 10_000))
     metrics: dict[str, Any] = {"global_rate": global_rate, "usable": int(usable.sum()), "train": int(train.sum()),
                                "holdout": int(held.sum())}
     if train.sum() < MIN_TRAIN:
@@ -133,12 +151,15 @@ def fit(db: pa.Table, events: np.ndarray, exposure: np.ndarray, checks: np.ndarr
     # host aggregates from training rows only (held-out labels never leak into any feature)
     ev_tr, ex_tr = np.where(train, events, 0.0), np.where(train, exposure, 0.0)
     hr = host_rate(hosts, ev_tr, ex_tr, global_rate, leave_one_out=True)
-    x = features(db, hr)
+    # features of the sampled rows only: hashing URL tokens is per-row Python, the cost of the fit
+    rows = np.flatnonzero(train | held)
+    x = features(db.take(pa.array(rows)), hr[rows])
+    tr, ho = train[rows], held[rows]
     y = events / np.maximum(exposure, 1e-9)
     model = PoissonRegressor(alpha=1e-3, max_iter=300)
-    model.fit(x[train], y[train], sample_weight=exposure[train])
+    model.fit(x[tr], y[train], sample_weight=exposure[train])
     if held.sum():
-        pred = np.clip(model.predict(x[held]), MIN_RATE, MAX_RATE)
+        pred = np.clip(model.predict(x[ho]), MIN_RATE, MAX_RATE)
         const = np.full(int(held.sum()), global_rate)
         w = exposure[held]
         metrics["holdout_deviance"] = float(mean_poisson_deviance(y[held], pred, sample_weight=w))
@@ -151,9 +172,9 @@ def fit(db: pa.Table, events: np.ndarray, exposure: np.ndarray, checks: np.ndarr
 def predict(prior: PriorModel, db: pa.Table, events: np.ndarray, exposure: np.ndarray,
             checks: np.ndarray) -> np.ndarray:
     """Prior rate (changes/day) for every row; host pooling of all evidence when no model was fitted."""
-    hosts = db.column("host").to_numpy(zero_copy_only=False)
     if db.num_rows == 0:
         return np.empty(0)
+    hosts = host_codes(db)
     usable = _usable(exposure)
     if prior.model is None:
         return np.clip(host_rate(hosts, events, exposure, prior.global_rate, leave_one_out=False), MIN_RATE, MAX_RATE)
@@ -170,4 +191,46 @@ def save(store: Store, round_no: int, prior: PriorModel) -> str:
     return rel
 
 
-__all__ = ["PriorModel", "features", "fit", "host_rate", "predict", "save", "url_documents"]
+def _prior_file(store: Store, round_no: int) -> str:
+    return store.state("model", f"v={round_no:05d}", "prior.parquet")
+
+
+def for_round(store: Store, round_no: int, db: pa.Table, events: np.ndarray, exposure: np.ndarray,
+              checks: np.ndarray, every: int) -> tuple[np.ndarray, dict[str, Any]]:
+    """The prior of every row for round ``round_no`` and the stats reprioritise reports.
+
+    Every ``every`` rounds (and whenever the previous round left no model) the GLM is refitted and
+    predicts every row. In between, the previous round's model and per-row priors are reused: known
+    rows keep their prior (joined by URL hash) and only rows new to the CrawlDb are featurised and
+    predicted, so the per-row Python (tokenising URLs) follows the round, not the crawl. Both the
+    model and the priors are saved every round under ``state/crawl=ID/model/v=NNNNN/``.
+    """
+    hashes = db.column("url_hash").to_numpy()
+    prev_model = store.state("model", f"v={round_no - 1:05d}", "model.pkl")
+    full = every <= 1 or round_no % every == 0 or round_no <= 1 or not store.exists(prev_model) \
+        or not store.exists(_prior_file(store, round_no - 1))
+    if full:
+        model = fit(db, events, exposure, checks)
+        prior = predict(model, db, events, exposure, checks)
+        refit = {"refit": True}
+    else:
+        model = pickle.loads(store.read_bytes(prev_model))
+        old = store.read_table(_prior_file(store, round_no - 1))
+        old_h, old_p = old.column("url_hash").to_numpy(), old.column("prior").to_numpy()
+        i = np.searchsorted(old_h, hashes).clip(0, max(old_h.size - 1, 0))
+        found = (old_h[i] == hashes) if old_h.size else np.zeros(hashes.size, bool)
+        prior = np.where(found, old_p[i] if old_h.size else 0.0, np.nan)
+        missing = np.flatnonzero(~found)
+        if missing.size:
+            prior[missing] = predict(model, db.take(pa.array(missing)), events[missing], exposure[missing],
+                                     checks[missing])
+        refit = {"refit": False, "predicted_rows": int(missing.size)}
+    model.metrics.setdefault("fit_round", round_no)
+    order = np.argsort(hashes)
+    store.write_table(_prior_file(store, round_no),
+                      pa.table({"url_hash": pa.array(hashes[order], pa.uint64()), "prior": pa.array(prior[order])}))
+    return prior, {"path": save(store, round_no, model), **model.metrics, **refit}
+
+
+__all__ = ["PriorModel", "features", "fit", "for_round", "host_codes", "host_rate", "predict", "save",
+           "url_documents"]

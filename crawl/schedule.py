@@ -165,9 +165,8 @@ def reprioritise(cfg: CrawlConfig, store: Store, round_no: int, db: pa.Table,
     events, exposure = cr.evidence(changes, unchanged_d, changed_d,
                                    _lastmod_age_days(db, success_s) if policy == "default" else np.full(n, np.nan))
     if policy == "default":
-        model = prior_mod.fit(db, events, exposure, checks)
-        prior = prior_mod.predict(model, db, events, exposure, checks)
-        stats["model"] = {"path": prior_mod.save(store, round_no, model), **model.metrics}
+        prior, stats["model"] = prior_mod.for_round(store, round_no, db, events, exposure, checks,
+                                                    cfg.prior_every_rounds)
     else:
         total = float(exposure.sum())
         prior = np.full(n, events.sum() / total if total > 0 else 1.0 / 7.0)
@@ -177,7 +176,9 @@ def reprioritise(cfg: CrawlConfig, store: Store, round_no: int, db: pa.Table,
         rate = np.where(np.isnan(true), rate, np.clip(true, cr.MIN_RATE, cr.MAX_RATE))
 
     # ---- importance ----
-    importance, inlinks = rank.importance(store, round_no, db.column("url_hash").to_numpy())
+    importance, inlinks, stats["importance"] = rank.for_round(
+        store, round_no, db.column("url_hash").to_numpy(), _num(db, "importance", np.nan), _num(db, "inlinks"),
+        cfg.importance_every_rounds)
     if policy in ("estimator", "uniform"):
         weight = np.ones(n)
     else:

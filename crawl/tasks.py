@@ -41,11 +41,36 @@ DIGESTS_SCHEMA = pa.schema([
 ])
 
 
-def load_known_digests(store: Store, version: int) -> dict[str, tuple[str, str]]:
-    """digest -> (url, ISO date) of the first stored capture, for WARC revisit records."""
+def load_known_digests(store: Store, version: int,
+                       digests: pa.Array | pa.ChunkedArray | None = None) -> dict[str, tuple[str, str]]:
+    """digest -> (url, ISO date) of the first stored capture, for WARC revisit records.
+
+    With ``digests`` (a fetch list's ``prev_digest`` column) only the rows of those digests are read:
+    a semi-join DuckDB runs over the Parquet file, so a fetch task holds the first captures of its own
+    URLs' last payloads (an unchanged page becomes a revisit), not the whole history of the crawl --
+    at 1 M known URLs the full table cost every fetch task seconds and a few hundred MB of Python
+    objects. A page equal to *another* URL's capture of an earlier round is then stored as a response;
+    update still marks it a duplicate of that first capture (:func:`crawl.update.prepare`).
+    """
     if version <= 0 or not store.exists(store.digests_file(version)):
         return {}
-    t = store.read_table(store.digests_file(version), DIGESTS_SCHEMA)
+    if digests is None:
+        t = store.read_table(store.digests_file(version), DIGESTS_SCHEMA)
+    else:
+        want = pc.unique(pc.drop_null(digests.combine_chunks() if isinstance(digests, pa.ChunkedArray)
+                                      else digests))
+        if len(want) == 0:
+            return {}
+        import duckdb
+
+        con = duckdb.connect()
+        con.register("want", pa.table({"payload_digest": want.cast(pa.string())}))
+        path = store.duckdb_paths(con, [store.digests_file(version)])[0]
+        t = con.sql(f"""
+            SELECT payload_digest, url, fetch_time FROM read_parquet('{path}')
+            WHERE payload_digest IN (SELECT payload_digest FROM want)
+        """).to_arrow_table().cast(DIGESTS_SCHEMA)
+        con.close()
     times = [ts.isoformat() if ts else "" for ts in t.column("fetch_time").to_pylist()]
     return dict(zip(t.column("payload_digest").to_pylist(), zip(t.column("url").to_pylist(), times, strict=True),
                     strict=True))
@@ -148,7 +173,7 @@ def fetch_task(cfg: CrawlConfig, round_no: int, part: int, now: datetime, token:
         root=cfg.root,
         warc_prefix=store.staged(round_no, store.warc_prefix(round_no, part)),  # moved there by publish
         now=now,
-        known_digests=load_known_digests(store, round_no - 1),
+        known_digests=load_known_digests(store, round_no - 1, fetchlist.column("prev_digest")),
         robots_cache=load_robots_cache(store, round_no - 1),
         should_continue=go_on,
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pickle
 from datetime import UTC, datetime
 
 import duckdb
@@ -199,3 +200,31 @@ def test_simulated_web_sitemaps_parse_to_truth_and_liars_are_detected(simweb):
     db, new = sitemap_rows(crawldb.CRAWLDB_SCHEMA.empty_table(), entries, url_hashes(pa.array(canon)), round_no=2)
     assert new.num_rows == len(set(canon)) and set(new.column("source").to_pylist()) == {"sitemap"}
     assert pc.sum(pc.is_valid(new.column("sitemap_lastmod"))).as_py() > 0
+
+
+def test_prior_between_refits_keeps_known_rows_and_predicts_only_new_ones(tmp_path):
+    """prior_every_rounds: a refit round saves model and per-row priors; the next round (off the
+    cadence) keeps every known row's prior and predicts new rows with the saved model."""
+    store = Store(str(tmp_path), "pr")
+    db, x, tu, tc, _ = _history_table(hosts=30, seed=5, checks=6, interval_days=1.0)
+    events, exposure = cr.evidence(x, tu, tc, np.full(x.size, np.nan))
+    checks = np.full(x.size, 6)
+    p4, s4 = prior.for_round(store, 4, db, events, exposure, checks, every=4)
+    assert s4["refit"] and s4["fit_round"] == 4
+    # round 5: the same rows, shuffled, with different evidence, plus rows another web brings (new)
+    db2, x2, tu2, tc2, _ = _history_table(hosts=10, seed=6, checks=6, interval_days=1.0)
+    db2 = db2.set_column(1, "url_hash", pa.array(np.arange(db2.num_rows, dtype=np.uint64) * 7919 + 10**9 + 1))
+    both = pa.concat_tables([db, db2])
+    ev2, ex2 = cr.evidence(np.r_[x * 0, x2], np.r_[tu, tu2], np.r_[tc, tc2], np.full(both.num_rows, np.nan))
+    order = np.random.default_rng(0).permutation(both.num_rows)
+    both, ev2, ex2 = both.take(pa.array(order)), ev2[order], ex2[order]
+    p5, s5 = prior.for_round(store, 5, both, ev2, ex2, np.full(both.num_rows, 6), every=4)
+    assert not s5["refit"] and s5["fit_round"] == 4 and s5["predicted_rows"] == db2.num_rows
+    known = order < db.num_rows
+    assert np.array_equal(p5[known], p4[order[known]])  # kept, although their evidence changed
+    model = pickle.loads(store.read_bytes(f"{s4['path']}/model.pkl"))
+    new_rows = np.flatnonzero(~known)
+    want = prior.predict(model, both.take(pa.array(new_rows)), ev2[new_rows], ex2[new_rows], np.full(new_rows.size, 6))
+    assert np.allclose(p5[new_rows], want)
+    # every=1: a refit every round
+    assert prior.for_round(store, 6, both, ev2, ex2, np.full(both.num_rows, 6), every=1)[1]["refit"]

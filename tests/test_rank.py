@@ -8,7 +8,7 @@ import numpy as np
 import pyarrow as pa
 
 from crawl.index import LINKS_SCHEMA
-from crawl.rank import DAMPING, importance, pagerank
+from crawl.rank import DAMPING, for_round, importance, is_full_round, pagerank
 from crawl.store import Store
 
 
@@ -92,3 +92,32 @@ def test_importance_from_link_files(tmp_path) -> None:
     assert inl3.tolist() == [2, 2, 1, 1]
     assert np.allclose(imp3, _google_stationary(np.array([0, 1, 2, 2, 3, 3]), np.array([1, 2, 0, 3, 0, 1]), 4) * 4,
                        atol=1e-6)
+
+
+def test_between_full_runs_new_urls_get_one_step_from_the_rounds_links(tmp_path) -> None:
+    """Off the cadence, known rows keep their importance and in-links; a new URL gets
+    (1 - d) + d * sum(imp(j) / outdeg(j)) over its linkers j in this round's link files only."""
+    store = Store(str(tmp_path), "rk")
+
+    def links(pairs, round_no):
+        return pa.table({"from_hash": pa.array([p[0] for p in pairs], pa.uint64()),
+                         "to_hash": pa.array([p[1] for p in pairs], pa.uint64()),
+                         "to_url": pa.array(["u"] * len(pairs)), "kind": pa.array(["a"] * len(pairs)),
+                         "round": pa.array([round_no] * len(pairs), pa.int32())}, schema=LINKS_SCHEMA)
+
+    A, B, N1, N2 = 11, 22, 33, 44
+    store.write_table(store.links_file(4, 0), links([(B, N1), (A, N2)], 4))  # an older round: not read
+    # round 5: A (importance 2) links N1 and B; B (importance 0.5) links N1 (twice: counted once)
+    store.write_table(store.links_file(5, 0), links([(A, N1), (A, B), (B, N1), (B, N1)], 5))
+    h = np.array([N2, A, N1, B], np.uint64)
+    imp_now = np.array([np.nan, 2.0, np.nan, 0.5])
+    inl_now = np.array([np.nan, 7, np.nan, 3])
+    imp, inl, how = for_round(store, 5, h, imp_now, inl_now, every=4)
+    assert how == "incremental"
+    d = DAMPING
+    assert np.allclose(imp, [1 - d, 2.0, (1 - d) + d * (2.0 / 2 + 0.5 / 1), 0.5])
+    assert inl.tolist() == [0, 7, 2, 3]
+    # on the cadence (and when nothing has an importance yet) the full PageRank runs
+    assert for_round(store, 8, h, imp_now, inl_now, every=4)[2] == "full"
+    assert for_round(store, 5, h, np.full(4, np.nan), inl_now, every=4)[2] == "full"
+    assert not is_full_round(5, 4, imp_now) and is_full_round(5, 1, imp_now)

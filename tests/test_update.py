@@ -170,3 +170,27 @@ def test_every_request_is_in_the_crawldb_counts(rounds):
     total = Counter({u: n for u, n in total.items() if not u.endswith("/robots.txt") and u not in chain})
     assert total == Counter({u: r["fetch_count"] for u, r in dbs[3].items() if r["fetch_count"] and u not in chain})
     assert len(total) == 6
+
+
+def test_fetch_task_reads_only_the_digests_of_its_fetch_list(tmp_path):
+    """load_known_digests with a fetch list's prev_digest column: exactly those digests' first
+    captures, as the whole table has them (a semi-join, not the crawl's history in memory)."""
+    import pyarrow as pa
+
+    from crawl.tasks import DIGESTS_SCHEMA, load_known_digests
+
+    store = Store(str(tmp_path), "dg")
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
+    n = 1000
+    table = pa.table({"payload_digest": [f"sha1:D{i:05d}" for i in range(n)],
+                      "url": [f"http://h{i % 7}.test/p{i}" for i in range(n)],
+                      "fetch_time": [t0 + timedelta(minutes=i) for i in range(n)]}).cast(DIGESTS_SCHEMA)
+    store.write_table(store.digests_file(3), table)
+    full = load_known_digests(store, 3)
+    assert len(full) == n
+    wanted = pa.array(["sha1:D00007", None, "sha1:D00500", "sha1:D00007", "sha1:NOT-THERE"], pa.string())
+    got = load_known_digests(store, 3, wanted)
+    assert got == {k: full[k] for k in ("sha1:D00007", "sha1:D00500")}
+    assert got["sha1:D00500"] == ("http://h3.test/p500", (t0 + timedelta(minutes=500)).isoformat())
+    assert load_known_digests(store, 3, pa.array([None], pa.string())) == {}
+    assert load_known_digests(store, 2, wanted) == {}  # no table at that version
