@@ -8,6 +8,8 @@ conditional GET needs (etag, last_modified) and the change history the freshness
 
 from __future__ import annotations
 
+from datetime import datetime
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -79,6 +81,38 @@ def read(store: Store, version: int, shards: int, columns: list[str] | None = No
         t = store.read_table(shard_path(store, version, s), CRAWLDB_SCHEMA)
         tables.append(t.select(columns) if columns else t)
     return pa.concat_tables(tables)
+
+
+# the columns generate selects on and copies into fetch lists (crawl.frontier.select)
+GENERATE_COLUMNS = ("url", "url_hash", "host", "pkey", "depth", "priority", "etag", "last_modified",
+                    "payload_digest", "fetch_count", "next_fetch_time", "status")
+
+
+def read_due(store: Store, version: int, shards: int, now: datetime,
+             skip_status: tuple[str, ...] = ("gone", "filtered")) -> tuple[pa.Table, np.ndarray]:
+    """(rows due at ``now`` with :data:`GENERATE_COLUMNS`, URL hashes of all rows not in ``skip_status``).
+
+    The filter and the projection run in DuckDB over the Parquet shards, so generate holds the
+    round's candidates, not the whole CrawlDb (every column of every row cost seconds and a GiB at
+    1 M URLs).
+    """
+    if version <= 0:
+        return CRAWLDB_SCHEMA.empty_table().select(list(GENERATE_COLUMNS)), np.empty(0, np.uint64)
+    import duckdb
+
+    con = duckdb.connect()
+    paths = store.duckdb_paths(con, [shard_path(store, version, s) for s in range(shards)])
+    src = "read_parquet([" + ", ".join(f"'{p}'" for p in paths) + "])"
+    skip = ", ".join(f"'{x}'" for x in skip_status)
+    known = con.execute(f"SELECT url_hash FROM {src} WHERE status IS NULL OR status NOT IN ({skip})"
+                        ).fetchnumpy()["url_hash"]
+    due = con.execute(f"""
+        SELECT {", ".join(GENERATE_COLUMNS)} FROM {src}
+        WHERE (status IS NULL OR status NOT IN ({skip})) AND (next_fetch_time IS NULL OR next_fetch_time <= $now)
+    """, {"now": now}).to_arrow_table()
+    con.close()
+    schema = pa.schema([CRAWLDB_SCHEMA.field(c) for c in GENERATE_COLUMNS])
+    return due.cast(schema), np.asarray(known, np.uint64)
 
 
 def write(store: Store, version: int, shards: int, table: pa.Table) -> list[str]:

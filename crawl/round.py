@@ -17,7 +17,6 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from crawl import crawldb, frontier, schedule, seen
 from crawl.config import ConfigError, CrawlConfig
@@ -146,15 +145,16 @@ def _generate(cfg: CrawlConfig, now: datetime | None) -> dict[str, Any]:
     done = store.read_json(stats_rel)
     if done is not None:
         return done
-    db = crawldb.read(store, n - 1, cfg.url_shards)
-    db = db.filter(pc.invert(pc.is_in(db.column("status"), pa.array(["gone", "filtered"]))))
+    # due rows only (filtered and projected in DuckDB over the shards), and every live URL's hash
+    db, known_hashes = crawldb.read_due(store, n - 1, cfg.url_shards, now)
     inject_rel = store.round_dir(n, "inject.parquet")
     cands = [db]
     if store.exists(inject_rel):
-        inj = store.read_table(inject_rel, crawldb.CRAWLDB_SCHEMA)
-        known = seen.sorted_unique(db.column("url_hash").to_numpy())
+        inj = store.read_table(inject_rel, crawldb.CRAWLDB_SCHEMA).select(db.column_names)
+        known = seen.sorted_unique(known_hashes)
         cands.append(inj.filter(pa.array(~seen.confirm(inj.column("url_hash").to_numpy(), known))))
     candidates = pa.concat_tables(cands)
+    n_candidates = known_hashes.size + candidates.num_rows - db.num_rows
     delays = host_crawl_delays(store, n - 1, cfg.user_agent, cfg.robots_max_bytes)
     selected = frontier.select(cfg, candidates, now, delays)
     selected = frontier.co_locate(selected, robots_keys(store, n - 1))
@@ -174,7 +174,7 @@ def _generate(cfg: CrawlConfig, now: datetime | None) -> dict[str, Any]:
     stats = {
         "round": n, "now": now.isoformat(), "urls": selected.num_rows, "fresh": frontier.fresh_count(selected),
         "hosts": len(set(selected.column("host").to_pylist())) if selected.num_rows else 0,
-        "partitions": paths, "candidates": candidates.num_rows,
+        "partitions": paths, "candidates": n_candidates,
     }
     if ip_stats is not None:
         stats["ip_keys"] = ip_stats

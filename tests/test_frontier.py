@@ -117,3 +117,38 @@ def test_hosts_sharing_a_key_share_one_cap() -> None:
     assert capped.column_names == sel.column_names
     fixed = cfg.replace(max_pages_per_host_per_round=7)  # an explicit per-host cap stays per host
     assert frontier.cap_keys(fixed, sel, delays).num_rows == sel.num_rows
+
+
+def test_generate_reads_only_due_rows_of_live_urls(tmp_path):
+    """crawldb.read_due: DuckDB filters the shards to rows due at ``now`` (gone/filtered never), and
+    returns every live URL's hash (for seed dedup); checked against the rows as written."""
+    from datetime import UTC, datetime, timedelta
+
+    import numpy as np
+
+    from crawl import crawldb
+    from crawl.store import Store
+
+    store = Store(str(tmp_path), "due")
+    now = datetime(2026, 6, 1, tzinfo=UTC)
+    rows = [  # url, status, next_fetch_time
+        ("http://a.test/1", "fetched", now - timedelta(hours=1)),
+        ("http://a.test/2", "fetched", now + timedelta(hours=1)),
+        ("http://a.test/3", "unfetched", None),
+        ("http://b.test/4", "gone", now - timedelta(days=1)),
+        ("http://b.test/5", "filtered", None),
+        ("http://b.test/6", "not_modified", now),
+    ]
+    db = crawldb.conform(pa.table({
+        "url": [r[0] for r in rows], "url_hash": pa.array(np.arange(1, 7, dtype=np.uint64) * 1_000_003),
+        "host": [r[0].split("/")[2] for r in rows], "status": [r[1] for r in rows],
+        "next_fetch_time": pa.array([r[2] for r in rows], pa.timestamp("ms", tz="UTC")),
+        "priority": [1.0] * 6,
+    }))
+    crawldb.write(store, 3, 4, db)
+    due, live = crawldb.read_due(store, 3, 4, now)
+    assert sorted(due.column("url").to_pylist()) == ["http://a.test/1", "http://a.test/3", "http://b.test/6"]
+    assert due.column_names == list(crawldb.GENERATE_COLUMNS)
+    assert sorted(live.tolist()) == [k * 1_000_003 for k in (1, 2, 3, 6)]
+    empty, none = crawldb.read_due(store, 0, 4, now)
+    assert empty.num_rows == 0 and none.size == 0
