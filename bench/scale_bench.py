@@ -264,6 +264,7 @@ def one_size(n_urls: int, due: pa.Table, port: int, work: Path, fetches: int, pr
         prof_dir = REPO / "bench" / "out" / f"scale-{n_urls}"
         prof_dir.mkdir(parents=True, exist_ok=True)
     res: dict = {"n_urls": n_urls, **built, "steps": {}}
+    res.update(digest_lookup(cfg, due))
     for step in STEPS:
         res["steps"][step] = step_proc(step, overrides, now, HISTORY_ROUNDS + 1, prof_dir)
         s = res["steps"][step]
@@ -281,6 +282,27 @@ def one_size(n_urls: int, due: pa.Table, port: int, work: Path, fetches: int, pr
               f" peak RSS {s['peak_rss_gib']:.2f} GiB", flush=True)
         shutil.rmtree(overrides["root"], ignore_errors=True)
     return res
+
+
+def digest_lookup(cfg, due: pa.Table) -> dict[str, float]:
+    """What one fetch task spends on known digests: the whole table, or its fetch list's (a quarter of
+    the due rows, as with 4 partitions) by the semi-join; in this process, one after the other."""
+    from crawl.store import Store
+    from crawl.tasks import load_known_digests
+
+    store = Store(cfg.root, cfg.crawl_id)
+    prev = store.read_table(store.digests_file(HISTORY_ROUNDS)).column("payload_digest").slice(0, due.num_rows // 4)
+    t0 = time.perf_counter()
+    few = load_known_digests(store, HISTORY_ROUNDS, prev)
+    t1 = time.perf_counter()
+    full = load_known_digests(store, HISTORY_ROUNDS)
+    t2 = time.perf_counter()
+    out = {"digests_semijoin_s": round(t1 - t0, 3), "digests_full_s": round(t2 - t1, 3),
+           "digests_semijoin_rows": len(few), "digests_full_rows": len(full)}
+    print(f"  digests for one fetch task: full table {out['digests_full_s']:.2f} s ({len(full):,} rows), "
+          f"semi-join {out['digests_semijoin_s']:.3f} s ({len(few):,} rows)", flush=True)
+    del full
+    return out
 
 
 def plot(results: list[dict], path: Path) -> None:

@@ -117,7 +117,7 @@ def oracle_rates(path: str, urls: pa.ChunkedArray | pa.Array) -> np.ndarray:
 
 def _lastmod_age_days(db: pa.Table, success_s: np.ndarray) -> np.ndarray:
     """Age of the stored version from trusted HTTP Last-Modified or sitemap lastmod (NaN if unknown)."""
-    hosts = db.column("host").to_numpy(zero_copy_only=False)
+    hosts = prior_mod.host_codes(db)  # integer codes: no Python string per row
     changes = _num(db, "change_count")
     checks = _num(db, "check_count")
     lm = cr.http_date_seconds(db.column("last_modified"))
