@@ -55,7 +55,7 @@ import threading
 import time
 import zlib
 from collections import Counter, deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, MutableMapping
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -68,6 +68,7 @@ import pyarrow.compute as pc
 from crawl import records as R
 from crawl import url as U
 from crawl.config import CrawlConfig
+from crawl.digests import KnownDigests
 from crawl.errors import FetchStopped
 from crawl.fingerprint import payload_digest
 from crawl.ftp import FtpLimits, fetch_ftp
@@ -298,7 +299,9 @@ class _Fetcher:
         self.schemes = tuple(cfg.allowed_schemes)
         self.root = root
         self.now0 = now if now.tzinfo else now.replace(tzinfo=UTC)
-        self.known: dict[str, tuple[str, str]] = dict(known or {})
+        # a KnownDigests (crawl.digests) looks digests up in the table; a plain mapping is copied
+        self.known: MutableMapping[str, tuple[str, str]] = known if isinstance(known, KnownDigests) \
+            else dict(known or {})
         self.deadline_s = deadline_s
         self.rows: list[dict[str, Any]] = []
         self.robots_rows: list[dict[str, Any]] = []

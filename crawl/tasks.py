@@ -18,6 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from crawl.config import CrawlConfig
+from crawl.digests import DIGESTS_SCHEMA, load_known_digests  # noqa: F401 - re-exported (update, tests)
 from crawl.errors import FetchStopped
 from crawl.lease import token_is_current
 from crawl.records import (
@@ -33,48 +34,6 @@ from crawl.store import Store
 # Fetch rows of crawler-control files (robots.txt, sitemaps): fetched like pages, but not documents
 # to parse, index or enter the CrawlDb as pages.
 CONTROL_SUBSETS = ("robotstxt", "sitemap")
-
-DIGESTS_SCHEMA = pa.schema([
-    ("payload_digest", pa.string()),
-    ("url", pa.string()),
-    ("fetch_time", pa.timestamp("ms", tz="UTC")),
-])
-
-
-def load_known_digests(store: Store, version: int,
-                       digests: pa.Array | pa.ChunkedArray | None = None) -> dict[str, tuple[str, str]]:
-    """digest -> (url, ISO date) of the first stored capture, for WARC revisit records.
-
-    With ``digests`` (a fetch list's ``prev_digest`` column) only the rows of those digests are read:
-    a semi-join DuckDB runs over the Parquet file, so a fetch task holds the first captures of its own
-    URLs' last payloads (an unchanged page becomes a revisit), not the whole history of the crawl --
-    at 1 M known URLs the full table cost every fetch task seconds and a few hundred MB of Python
-    objects. A page equal to *another* URL's capture of an earlier round is then stored as a response;
-    update still marks it a duplicate of that first capture (:func:`crawl.update.prepare`).
-    """
-    if version <= 0 or not store.exists(store.digests_file(version)):
-        return {}
-    if digests is None:
-        t = store.read_table(store.digests_file(version), DIGESTS_SCHEMA)
-    else:
-        want = pc.unique(pc.drop_null(digests.combine_chunks() if isinstance(digests, pa.ChunkedArray)
-                                      else digests))
-        if len(want) == 0:
-            return {}
-        import duckdb
-
-        con = duckdb.connect()
-        con.register("want", pa.table({"payload_digest": want.cast(pa.string())}))
-        path = store.duckdb_paths(con, [store.digests_file(version)])[0]
-        t = con.sql(f"""
-            SELECT payload_digest, url, fetch_time FROM read_parquet('{path}')
-            WHERE payload_digest IN (SELECT payload_digest FROM want)
-        """).to_arrow_table().cast(DIGESTS_SCHEMA)
-        con.close()
-    times = [ts.isoformat() if ts else "" for ts in t.column("fetch_time").to_pylist()]
-    return dict(zip(t.column("payload_digest").to_pylist(), zip(t.column("url").to_pylist(), times, strict=True),
-                    strict=True))
-
 
 def load_robots_cache(store: Store, version: int) -> pa.Table | None:
     """The robots.txt cache as of ``version``; None when there is none, or it is keyed by host (written

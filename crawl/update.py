@@ -176,8 +176,7 @@ def prepare(cfg: CrawlConfig, store: Store, round_no: int, fetched_all: pa.Table
         UNION ALL
         SELECT url_hash, revisit_of_url FROM f
         WHERE status = 'fetched' AND warc_type = 'revisit' AND revisit_of_url IS NOT NULL AND revisit_of_url <> url
-        {earlier}
-    """.replace("{earlier}", _earlier_captures(con, store, prev)))
+    """)
     _near_duplicates(con, db_src, k)
 
     fupd = con.sql("""
@@ -215,23 +214,6 @@ def prepare(cfg: CrawlConfig, store: Store, round_no: int, fetched_all: pa.Table
     return {"links": link_graph.num_rows, "new_urls": int(pc.sum(pc.equal(new_rows.column("source"), "link")
                                                                    ).as_py() or 0) if new_rows.num_rows else 0,
             "discovered": new_rows.num_rows, "sitemap_entries": sm_evidence.num_rows, **seen_stats}, link_graph
-
-
-def _earlier_captures(con: duckdb.DuckDBPyConnection, store: Store, prev: int) -> str:
-    """SQL (a ``UNION ALL`` branch of ``exact``): this round's responses whose payload another URL
-    captured first in an earlier round. Fetch tasks only know the first captures of their own URLs'
-    last payloads (:func:`crawl.tasks.load_known_digests`), so such a page arrives as a response, not a
-    revisit; the digest table, semi-joined here by DuckDB over its Parquet file, makes it a duplicate."""
-    if prev <= 0 or not store.exists(store.digests_file(prev)):
-        return ""
-    path = store.duckdb_paths(con, [store.digests_file(prev)])[0]
-    return f"""
-        UNION ALL
-        SELECT resp.url_hash, d.url FROM resp JOIN (
-            SELECT payload_digest, url FROM read_parquet('{path}')
-            WHERE payload_digest IN (SELECT payload_digest FROM resp)
-        ) d USING (payload_digest)
-        WHERE d.url <> resp.url"""
 
 
 def _sitemap_entries(cfg: CrawlConfig, store: Store, con: duckdb.DuckDBPyConnection,

@@ -190,7 +190,13 @@ def test_fetch_task_reads_only_the_digests_of_its_fetch_list(tmp_path):
     assert len(full) == n
     wanted = pa.array(["sha1:D00007", None, "sha1:D00500", "sha1:D00007", "sha1:NOT-THERE"], pa.string())
     got = load_known_digests(store, 3, wanted)
-    assert got == {k: full[k] for k in ("sha1:D00007", "sha1:D00500")}
+    assert dict(got) == {k: full[k] for k in ("sha1:D00007", "sha1:D00500")}  # preloaded by the semi-join
     assert got["sha1:D00500"] == ("http://h3.test/p500", (t0 + timedelta(minutes=500)).isoformat())
+    assert got.file_lookups == 0
+    # any other digest (another URL's earlier capture of the same body) is found in the file by its key
+    assert got.get("sha1:D00900") == full["sha1:D00900"] and got.file_lookups == 1
+    assert got.get("sha1:NOT-THERE") is None and "sha1:D00901" in got
+    got["sha1:NEW"] = ("http://x.test/", "2026-01-02T00:00:00+00:00")  # stored by this task
+    assert got["sha1:NEW"] == ("http://x.test/", "2026-01-02T00:00:00+00:00")
     assert load_known_digests(store, 3, pa.array([None], pa.string())) == {}
     assert load_known_digests(store, 2, wanted) == {}  # no table at that version
