@@ -115,6 +115,25 @@ def read_due(store: Store, version: int, shards: int, now: datetime,
     return due.cast(schema), np.asarray(known, np.uint64)
 
 
+def count(store: Store, version: int, shards: int) -> int:
+    """Rows of CrawlDb ``version``, from the Parquet footers (no data read)."""
+    if version <= 0:
+        return 0
+    import pyarrow.parquet as pq
+
+    total = 0
+    for s in range(shards):
+        with store.fs.open(store.abs(shard_path(store, version, s)), "rb") as fh:
+            total += pq.ParquetFile(fh).metadata.num_rows
+    return total
+
+
+def copy_version(store: Store, src: int, dst: int, shards: int) -> None:
+    """CrawlDb ``dst`` as a byte copy of ``src`` (a round that changed no row)."""
+    for s in range(shards):
+        store.write_bytes(shard_path(store, dst, s), store.read_bytes(shard_path(store, src, s)))
+
+
 def write(store: Store, version: int, shards: int, table: pa.Table) -> list[str]:
     """Write ``table`` as ``shards`` files sorted by url_hash (deterministic bytes for equal input)."""
     table = conform(table)

@@ -335,6 +335,11 @@ def reprioritise(cfg: CrawlConfig, round_no: int, now: datetime | None = None,
 def _reprioritise(cfg: CrawlConfig, round_no: int, now: datetime | None) -> dict[str, Any]:
     now = _utc(now)
     store = _store(cfg)
+    carried = schedule.carry_forward(cfg, store, round_no)
+    if carried is not None:
+        stats = {"round": round_no, **carried}
+        store.write_json(store.round_dir(round_no, "reprioritise.json"), stats)
+        return stats
     merged = store.read_tables(
         [store.round_dir(round_no, "merged", f"shard={s:02d}.parquet") for s in range(cfg.url_shards)],
         crawldb.CRAWLDB_SCHEMA,

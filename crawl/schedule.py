@@ -35,8 +35,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from crawl import changerate as cr
+from crawl import crawldb, rank
 from crawl import prior as prior_mod
-from crawl import rank
 from crawl.config import CrawlConfig
 from crawl.store import Store
 
@@ -248,6 +248,21 @@ def reprioritise(cfg: CrawlConfig, store: Store, round_no: int, db: pa.Table,
                   "refetch_budget": int(refetch_budget),
                   "mean_rate_content": float(rate[content].mean()) if content.any() else None})
     return out, stats
+
+
+def carry_forward(cfg: CrawlConfig, store: Store, round_no: int) -> dict[str, Any] | None:
+    """When update carried the round forward (nothing fetched, nothing injected), CrawlDb ``round_no``
+    is CrawlDb ``round_no - 1`` byte for byte, and so are the prior's model and per-row priors: every
+    next fetch time is absolute, so nothing moves. None when there was a real merge."""
+    up = store.read_json(store.round_dir(round_no, "update.json"), {})
+    if not up.get("carried_forward"):
+        return None
+    crawldb.copy_version(store, round_no - 1, round_no, cfg.url_shards)
+    prev_model, model = store.state("model", f"v={round_no - 1:05d}"), store.state("model", f"v={round_no:05d}")
+    for name in ("model.pkl", "metrics.json", "prior.parquet"):
+        if store.exists(f"{prev_model}/{name}"):
+            store.write_bytes(f"{model}/{name}", store.read_bytes(f"{prev_model}/{name}"))
+    return {"policy": cfg.schedule_policy, "carried_forward": True, "known": up.get("known")}
 
 
 def _nutch(db: pa.Table, round_no: int, last: np.ndarray, success_s: np.ndarray, interval_s: np.ndarray,

@@ -98,6 +98,9 @@ def _prev_db_source(con: duckdb.DuckDBPyConnection, store: Store, cfg: CrawlConf
 # ---- the whole step ---------------------------------------------------------------------------------
 def update(cfg: CrawlConfig, round_no: int, now: datetime, client: Any = None) -> dict[str, Any]:
     store = Store(cfg.root, cfg.crawl_id)
+    carried = carry_forward(cfg, store, round_no)
+    if carried is not None:
+        return carried
     fetch_parts = _parts(store, round_no, "fetched")
     fetched_all = _read_with_part(store, fetch_parts)
     pages = store.read_tables(_parts(store, round_no, "pages"), PAGE_SCHEMA)
@@ -139,6 +142,27 @@ def update(cfg: CrawlConfig, round_no: int, now: datetime, client: Any = None) -
         "known": sum(st["known"] for st in shard_stats),
         "health": round_health,
     }
+
+
+def carry_forward(cfg: CrawlConfig, store: Store, round_no: int) -> dict[str, Any] | None:
+    """A round that fetched and injected nothing changes no URL: its seen-sets, Bloom filters, digest
+    table and robots cache are the previous version's, copied byte for byte instead of re-merging
+    every shard (a crawl of 1 M URLs with nothing due paid a full merge for nothing). None when the
+    round has anything to merge. Reprioritise then carries the CrawlDb forward the same way."""
+    if round_no <= 1 or _parts(store, round_no, "fetched") or store.exists(store.round_dir(round_no, "inject.parquet")):
+        return None
+    prev = round_no - 1
+    if not all(store.exists(crawldb.shard_path(store, prev, s)) for s in range(cfg.url_shards)):
+        return None
+    rels = [(store.seen_file(prev, s, ext), store.seen_file(round_no, s, ext))
+            for s in range(cfg.url_shards) for ext in ("parquet", "bloom")]
+    rels += [(store.digests_file(prev), store.digests_file(round_no)), (store.robots_file(prev), store.robots_file(round_no))]
+    for src, dst in rels:
+        if store.exists(src):
+            store.write_bytes(dst, store.read_bytes(src))
+    return {"round": round_no, "carried_forward": True, "links": 0, "new_urls": 0, "discovered": 0,
+            "sitemap_entries": 0, "attempted": 0, "status": {}, "duplicates": 0, "near_duplicates": 0,
+            "changed": 0, "known": crawldb.count(store, prev, cfg.url_shards)}
 
 
 # ---- prepare ----------------------------------------------------------------------------------------

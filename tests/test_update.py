@@ -200,3 +200,37 @@ def test_fetch_task_reads_only_the_digests_of_its_fetch_list(tmp_path):
     assert got["sha1:NEW"] == ("http://x.test/", "2026-01-02T00:00:00+00:00")
     assert load_known_digests(store, 3, pa.array([None], pa.string())) == {}
     assert load_known_digests(store, 2, wanted) == {}  # no table at that version
+
+
+def test_a_round_with_nothing_due_carries_the_crawl_forward(tmp_path):
+    """Nothing due, nothing injected: the whole round (run_round) publishes CrawlDb N as a byte copy
+    of N-1, seen-sets and Bloom filters too, without merging a shard; stats say so."""
+    import pyarrow as pa
+
+    from crawl import seen
+    from crawl.config import load_config
+
+    cfg = load_config(overrides={"root": str(tmp_path / "root"), "crawl_id": "cf", "url_shards": 2,
+                                 "dask_dashboard": False}, use_env=False)
+    store = Store(cfg.root, cfg.crawl_id)
+    now = datetime(2026, 6, 1, tzinfo=UTC)
+    hashes = np.arange(1, 41, dtype=np.uint64) * 1_000_003
+    db = crawldb.conform(pa.table({
+        "url": [f"http://a.test/{i}" for i in range(40)], "url_hash": pa.array(hashes),
+        "host": ["a.test"] * 40, "status": ["fetched"] * 40, "priority": [1.0] * 40,
+        "next_fetch_time": pa.array([now + timedelta(days=1)] * 40, pa.timestamp("ms", tz="UTC")),
+    }))
+    crawldb.write(store, 1, 2, db)
+    for s, part in enumerate(seen.split_by_shard(hashes, 2)):
+        seen.write_seen(store.url(store.seen_file(1, s, "parquet")), part)
+        seen.bloom_from_seen(seen.sorted_unique(part), 0.01).save(store.url(store.seen_file(1, s, "bloom")))
+    store.write_json(store.state("CURRENT.json"), {"round": 1})
+    summary = rnd.run_round(cfg, None, now)
+    assert store.current_round() == 2 and summary["generate"]["urls"] == 0
+    assert summary["update"]["carried_forward"] and summary["update"]["known"] == 40
+    assert summary["reprioritise"]["carried_forward"]
+    for s in range(2):
+        assert store.read_bytes(crawldb.shard_path(store, 2, s)) == store.read_bytes(crawldb.shard_path(store, 1, s))
+        for ext in ("parquet", "bloom"):
+            assert store.read_bytes(store.seen_file(2, s, ext)) == store.read_bytes(store.seen_file(1, s, ext))
+    assert not store.exists(store.round_dir(2, "merged"))  # no shard was merged
