@@ -11,8 +11,9 @@ histories drawn from them. The ``--fetches`` due rows are real pages of the simu
 row is a page already fetched and not due, so the round's work is fixed and only the state grows.
 
 Every step runs in its own process (as the Airflow DAG runs them: one task each), so each step's
-peak RSS is its own: ``resource.getrusage`` of the step process and of its waited-for children (the
-Dask nannies and workers of fetch+parse), the larger of the two -- the peak of one process, not a sum.
+peak RSS is its own: the step process's VmHWM and ``getrusage(RUSAGE_CHILDREN)`` of its waited-for
+children (the Dask nannies and workers of fetch+parse), the larger of the two -- the peak of one
+process, not a sum.
 
     python bench/scale_bench.py --quick           # N = 10k, 100k, 1M
     python bench/scale_bench.py --sizes 10000000  # one point
@@ -223,10 +224,20 @@ def run_step(step: str, cfg_json: str, now_iso: str, round_no: int) -> None:
     elif step == "inject_to_publish":  # fixed cost: a round with nothing due (run_round, no seeds)
         rnd.run_round(cfg, None, now)
     out["seconds"] = time.perf_counter() - t0
-    rss_self = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    # this process's own high-water mark (VmHWM: getrusage's ru_maxrss would also carry the bench
+    # process's RSS at fork time across exec), and its waited-for children's (Dask nannies, workers)
+    rss_self = _vm_hwm_kib()
     rss_kids = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     out["peak_rss_gib"] = max(rss_self, rss_kids) / 2 ** 20
     print("STEP " + json.dumps(out), flush=True)
+
+
+def _vm_hwm_kib() -> int:
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 
 
 def step_proc(step: str, overrides: dict, now: datetime, round_no: int, profile: Path | None) -> dict[str, float]:
