@@ -56,15 +56,17 @@ def test_killed_round_reruns_to_the_same_published_state(simweb, tmp_path):
     cfg = _cfg(tmp_path / "crash", simweb)
     rnd.run_round(cfg, seeds, T0)
     store = Store(cfg.root, cfg.crawl_id)
-    proc = subprocess.Popen(_cli(cfg, "round", "--now", (T0 + timedelta(hours=1)).isoformat()),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    err_path = tmp_path / "killed.stderr"
+    with open(err_path, "w") as err:
+        proc = subprocess.Popen(_cli(cfg, "round", "--now", (T0 + timedelta(hours=1)).isoformat()),
+                                stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
     try:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and proc.poll() is None:
             if any(p.endswith(".done") for p in store.ls(store.round_dir(2, "fetched"))):
                 break
             time.sleep(0.05)
-        assert proc.poll() is None, "round finished before it could be killed"
+        assert proc.poll() is None, f"round ended before it could be killed: {err_path.read_text()[-3000:]}"
     finally:
         os.killpg(proc.pid, signal.SIGKILL)  # the CLI and the Dask workers it started
         proc.wait(10)
