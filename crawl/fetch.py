@@ -49,6 +49,7 @@ from __future__ import annotations
 import asyncio
 import email.utils
 import heapq
+import logging
 import queue
 import random
 import threading
@@ -82,6 +83,8 @@ from crawl.net import (
 )
 from crawl.robots import RobotsPolicy, policy_from_response
 from crawl.warc import RecordRef, WarcFile
+
+log = logging.getLogger(__name__)
 
 FTP_PREFIX = "ftp://"  # URLs the ftp handler (crawl.ftp) fetches
 # Rows of the robots.txt TTL cache kept in crawl state (one per host and fetch).
@@ -583,6 +586,8 @@ class _Fetcher:
         self.tasks.discard(task)
         if not task.cancelled() and task.exception() is not None:  # a bug, not a network failure
             self.stats["internal_errors"] += 1
+            exc = task.exception()
+            log.error("fetch task failed internally", exc_info=(type(exc), exc, exc.__traceback__))
         self.wake.set()
 
     async def _on_headers_sent(self, session: Any, ctx: Any, params: Any) -> None:
@@ -689,6 +694,7 @@ class _Fetcher:
             await self._backpressure()
         except Exception as exc:  # a bug of ours must still leave a row for the URL (never lose one)
             self.stats["internal_errors"] += 1
+            log.exception("internal error fetching %s", job.url)  # the traceback, not only the count
             subset = SUBSET_ROBOTS if job.robots else SUBSET_SITEMAP if job.sitemap else SUBSET_DIAG
             self.rows.append(_row(job, h.host, self.wall(), R.RETRY, error=f"internal:{type(exc).__name__}",
                                   subset=subset))
