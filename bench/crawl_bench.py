@@ -44,7 +44,7 @@ from crawl.records import FETCHLIST_SCHEMA  # noqa: E402
 from crawl.simweb.launch import launch  # noqa: E402
 from crawl.simweb.model import SimParams, build  # noqa: E402
 from crawl.simweb.truth import truth_table  # noqa: E402
-from crawl.url import url_hash  # noqa: E402
+from crawl.url import host_of, url_hash  # noqa: E402
 
 
 async def plain_loop(port: int, urls: list[str], extract: bool, concurrency: int = 64) -> float:
@@ -69,6 +69,17 @@ async def plain_loop(port: int, urls: list[str], extract: bool, concurrency: int
     async with aiohttp.ClientSession(connector=conn) as session:
         await asyncio.gather(*(worker(session) for _ in range(concurrency)))
     return len(urls) / (time.perf_counter() - t0)
+
+
+def bench_fetchlist(urls: list[str], depth: int = 1) -> pa.Table:
+    """A fetch list of ``urls`` as generate writes one (host and politeness key from the URL model;
+    no previous capture), for the benchmarks that call the fetcher directly."""
+    hosts = [host_of(u) for u in urls]
+    n = len(urls)
+    cols = {"url": urls, "url_hash": pa.array([url_hash(u) for u in urls], pa.uint64()), "host": hosts,
+            "depth": pa.array([depth] * n, pa.int32()), "priority": [1.0] * n, "pkey": hosts}
+    return pa.Table.from_arrays([pa.array(cols[f.name]).cast(f.type) if f.name in cols else pa.nulls(n, f.type)
+                                 for f in FETCHLIST_SCHEMA], schema=FETCHLIST_SCHEMA)
 
 
 def bench_urls(hosts: int, seed: int, pages: int) -> list[str]:
@@ -195,14 +206,7 @@ def main() -> None:
             "politeness_delay_s": 0.0, "max_pages": len(urls), "partitions": 4, "round_duration_s": 3600.0,
             "max_pages_per_host_per_round": 100_000, "coverage_share": 1.0,
         }, use_env=False)
-        fl = pa.table({
-            "url": urls, "url_hash": pa.array([url_hash(u) for u in urls], pa.uint64()),
-            "host": [u.split("/")[2] for u in urls], "depth": pa.array([1] * len(urls), pa.int32()),
-            "priority": [1.0] * len(urls),
-        })
-        fl = pa.Table.from_arrays([fl.column(f.name).cast(f.type) if f.name in fl.column_names
-                                   else pa.nulls(fl.num_rows, f.type) for f in FETCHLIST_SCHEMA],
-                                  schema=FETCHLIST_SCHEMA)
+        fl = bench_fetchlist(urls)
         t0, c0 = time.perf_counter(), time.process_time()
         out = fetch_partition(cfg, fl, root=str(work / "fetchonly"), warc_prefix="warc/fetchonly",
                               now=datetime.now(UTC))

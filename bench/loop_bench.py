@@ -19,18 +19,14 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-import pyarrow as pa
-
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from crawl_bench import bench_urls  # noqa: E402
+from crawl_bench import bench_fetchlist, bench_urls  # noqa: E402
 
 import crawl.fetch as F  # noqa: E402
 from crawl.config import load_config  # noqa: E402
-from crawl.records import FETCHLIST_SCHEMA  # noqa: E402
 from crawl.simweb.launch import launch  # noqa: E402
-from crawl.url import url_hash  # noqa: E402
 
 
 def main() -> None:
@@ -47,11 +43,7 @@ def main() -> None:
         cfg = load_config(overrides={"root": str(work / "root"), "crawl_id": "loop",
                                      "resolve": [f"*.sim.test=127.0.0.1:{port}"], "politeness_delay_s": 0.0},
                           use_env=False)
-        fl = pa.table({"url": urls, "url_hash": pa.array([url_hash(u) for u in urls], pa.uint64()),
-                       "host": [u.split("/")[2] for u in urls], "depth": pa.array([1] * len(urls), pa.int32()),
-                       "priority": [1.0] * len(urls)})
-        fl = pa.Table.from_arrays([fl.column(f.name).cast(f.type) if f.name in fl.column_names
-                                   else pa.nulls(fl.num_rows, f.type) for f in FETCHLIST_SCHEMA], schema=FETCHLIST_SCHEMA)
+        fl = bench_fetchlist(urls)
         res: dict[str, list[tuple[float, float]]] = {"asyncio": [], "uvloop": []}
         F.event_loop_factory = lambda: None  # warm the server's render cache
         F.fetch_partition(cfg, fl, root=str(work / "root"), warc_prefix="warc/warm", now=datetime.now(UTC))

@@ -20,20 +20,17 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-import pyarrow as pa
 import pyarrow.compute as pc
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from crawl_bench import bench_urls  # noqa: E402
+from crawl_bench import bench_fetchlist, bench_urls  # noqa: E402
 
 from crawl import warc  # noqa: E402
 from crawl.config import load_config  # noqa: E402
 from crawl.fetch import fetch_partition  # noqa: E402
-from crawl.records import FETCHLIST_SCHEMA  # noqa: E402
 from crawl.simweb.launch import launch  # noqa: E402
-from crawl.url import url_hash  # noqa: E402
 
 
 def main() -> None:
@@ -49,11 +46,7 @@ def main() -> None:
         cfg = load_config(overrides={"root": str(work / "root"), "crawl_id": "w",
                                      "resolve": [f"*.sim.test=127.0.0.1:{port}"], "politeness_delay_s": 0.0},
                           use_env=False)
-        fl = pa.table({"url": urls, "url_hash": pa.array([url_hash(u) for u in urls], pa.uint64()),
-                       "host": [u.split("/")[2] for u in urls], "depth": pa.array([1] * len(urls), pa.int32()),
-                       "priority": [1.0] * len(urls)})
-        fl = pa.Table.from_arrays([fl.column(f.name).cast(f.type) if f.name in fl.column_names
-                                   else pa.nulls(fl.num_rows, f.type) for f in FETCHLIST_SCHEMA], schema=FETCHLIST_SCHEMA)
+        fl = bench_fetchlist(urls)
         out = fetch_partition(cfg, fl, root=cfg.root, warc_prefix="warc/w", now=datetime.now(UTC))
         files = sorted(set(pc.drop_null(out.fetches.column("warc_filename")).to_pylist()))
     finally:
