@@ -18,6 +18,8 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -352,3 +354,22 @@ class LoopbackSite:
     def close(self) -> None:
         self.httpd.shutdown()
         self.httpd.server_close()
+
+
+@contextmanager
+def inprocess_api_on(root: Path) -> Iterator[InProcessApi]:
+    """The real Airflow API app (with our plugin) serving the crawl root ``root``: a migrated DB, the
+    DAGs synced, ``CRAWL_ROOT`` set for the plugin while it runs and restored afterwards."""
+    saved = os.environ.get("CRAWL_ROOT")
+    os.environ["CRAWL_ROOT"] = str(root)
+    init_db()
+    sync_dags_to_db()
+    api = start_inprocess_api()
+    try:
+        yield api
+    finally:
+        api.stop()
+        if saved is None:
+            os.environ.pop("CRAWL_ROOT", None)
+        else:
+            os.environ["CRAWL_ROOT"] = saved

@@ -5,7 +5,6 @@ on the pages is checked against DuckDB over the crawl's files, every link is fol
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -56,19 +55,10 @@ def root(tmp_path_factory, simweb) -> Path:
 
 @pytest.fixture(scope="module")
 def server(root: Path):
-    from airflow_harness import init_db, start_inprocess_api, sync_dags_to_db
+    from airflow_harness import inprocess_api_on
 
-    saved = os.environ.get("CRAWL_ROOT")
-    os.environ["CRAWL_ROOT"] = str(root)
-    init_db()
-    sync_dags_to_db()
-    api = start_inprocess_api()
-    yield api
-    api.stop()
-    if saved is None:
-        os.environ.pop("CRAWL_ROOT", None)
-    else:
-        os.environ["CRAWL_ROOT"] = saved
+    with inprocess_api_on(root) as api:
+        yield api
 
 
 @pytest.fixture(scope="module")

@@ -19,14 +19,13 @@ import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-import duckdb
 import pytest
+from simlog import log_figures
 
 from crawl import lease as L
 from crawl import round as rnd
 from crawl.config import load_config
 from crawl.errors import LeaseHeld, LeaseLost
-from crawl.simweb.accesslog import read_log
 from crawl.store import Store
 
 SCOPE = r"^(blog|news|shop|docs|forum|archive)-\d+\.sim\.test$"
@@ -45,27 +44,6 @@ def _cfg(root: Path | str, sw, **over):
 
 def _cli(cfg, *args: str) -> list[str]:
     return [sys.executable, "-m", "crawl", *args, "--config-json", json.dumps(cfg.to_dict())]
-
-
-def log_figures(access_log: Path, delay: float, since: float = 0.0) -> dict[str, float]:
-    """From the server's log: requests, repeated requests (same host+path again; robots.txt left out,
-    a crawler may re-ask it within a round) and politeness (gaps between request starts per host)."""
-    time.sleep(1.3)  # the server flushes its log at least once a second
-    con = duckdb.connect()
-    con.register("log", read_log(access_log))
-    row = con.execute("""
-        WITH r AS (SELECT host, path, start FROM log WHERE start >= ? AND user_agent LIKE 'RecrawlBot%'),
-        g AS (SELECT start - lag(start) OVER (PARTITION BY host ORDER BY start) AS gap FROM r),
-        d AS (SELECT count(*) - 1 AS extra FROM r WHERE path <> '/robots.txt' GROUP BY host, path
-              HAVING count(*) > 1)
-        SELECT (SELECT count(*) FROM r), (SELECT coalesce(sum(extra), 0) FROM d),
-               (SELECT count(*) FROM g WHERE gap < ?), (SELECT min(gap) FROM g)
-    """, [since, delay]).fetchone()
-    again = con.execute("""SELECT host || path, count(*) FROM log WHERE start >= ? AND user_agent LIKE 'RecrawlBot%'
-                           GROUP BY ALL HAVING count(*) > 1""", [since]).fetchall()
-    con.close()
-    return {"requests": row[0], "repeated": int(row[1]), "gaps_below_delay": row[2], "min_gap_s": row[3],
-            "repeated_paths": again}
 
 
 @pytest.fixture

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pyarrow.compute as pc
 import pytest
+from simlog import log_figures
 
 from crawl import crawldb, lease
 from crawl import round as rnd
@@ -302,24 +303,6 @@ def test_web_down_round_is_degraded_and_does_not_push_urls_to_gone(make_simweb, 
     assert "gone" not in statuses and max(retries) == 0, "a degraded round's failures must not count towards gone"
 
 
-def _gaps(access_log: Path, since: float, delay: float) -> dict[str, float]:
-    """Requests, repeated page requests and politeness from the server's log (RecrawlBot only)."""
-    import duckdb
-
-    time.sleep(1.3)  # the server flushes its log every second
-    con = duckdb.connect()
-    con.register("log", read_log(access_log))
-    row = con.execute("""
-        WITH r AS (SELECT host, path, start FROM log WHERE start >= ? AND user_agent LIKE 'RecrawlBot%'),
-        g AS (SELECT start - lag(start) OVER (PARTITION BY host ORDER BY start) AS gap FROM r),
-        d AS (SELECT count(*) - 1 AS extra FROM r WHERE path <> '/robots.txt' GROUP BY host, path
-              HAVING count(*) > 1)
-        SELECT (SELECT count(*) FROM r), (SELECT coalesce(sum(extra), 0) FROM d),
-               (SELECT count(*) FROM g WHERE gap < ?), (SELECT min(gap) FROM g)""", [since, delay]).fetchone()
-    con.close()
-    return {"requests": row[0], "repeated": int(row[1]), "gaps_below_delay": row[2], "min_gap_s": row[3]}
-
-
 def test_scheduler_killed_mid_fetch_then_immediate_rerun_stays_polite(make_simweb, tmp_path):
     """The scheduler dies mid-fetch; its workers' fetch threads must stop, and a rerun on a new
     scheduler with new workers, started at once, must never overlap their requests."""
@@ -368,7 +351,7 @@ def test_scheduler_killed_mid_fetch_then_immediate_rerun_stays_polite(make_simwe
     assert store.current_round() == 2
     log = read_log(sw.access_log)
     after_kill = pc.sum(pc.and_(pc.greater(log["start"], killed_at + 1.5), pc.less(log["start"], rerun_at))).as_py()
-    figs = _gaps(sw.access_log, since, delay)
+    figs = log_figures(sw.access_log, delay, since)
     print(f"scheduler kill: {figs}, requests 1.5 s after the kill and before the rerun: {after_kill}, "
           f"wall {wall:.1f} s")
     assert figs["gaps_below_delay"] == 0, figs
@@ -405,7 +388,7 @@ def test_disk_full_during_fetch_is_not_retried_blindly(make_simweb, small_disk):
     print(f"\ndisk full: exit {out.returncode}: {out.stderr.strip().splitlines()[-1]}")
     assert out.returncode == 1 and "not retried: no space left on device" in out.stderr, out.stderr[-2000:]
     assert store.current_round() == 1
-    figs = _gaps(sw.access_log, since, cfg.politeness_delay_s)
+    figs = log_figures(sw.access_log, cfg.politeness_delay_s, since)
     print(f"disk full: {figs}")
     assert figs["repeated"] == 0, "a partition that failed on a full disk was fetched again"
     filler.unlink()
@@ -415,6 +398,6 @@ def test_disk_full_during_fetch_is_not_retried_blindly(make_simweb, small_disk):
     rerun = subprocess.run(_cli(cfg, "round", "--now", t1.isoformat()), capture_output=True, text=True, timeout=300)
     assert rerun.returncode == 0, rerun.stderr[-2000:]
     assert store.current_round() == 2 and _temp_files(Path(cfg.root)) == []
-    total = _gaps(sw.access_log, since, cfg.politeness_delay_s)
+    total = log_figures(sw.access_log, cfg.politeness_delay_s, since)
     print(f"disk full then rerun: {total}")
     assert total["gaps_below_delay"] == 0

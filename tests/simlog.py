@@ -1,0 +1,32 @@
+"""Figures from the simulated web's access log that the fault-injection tests (lease, resilience)
+judge a crawl by: requests, repeated requests and politeness gaps, the server's view only."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import duckdb
+
+from crawl.simweb.accesslog import read_log
+
+
+def log_figures(access_log: Path, delay: float, since: float = 0.0) -> dict[str, float]:
+    """From the server's log: requests, repeated requests (same host+path again; robots.txt left out,
+    a crawler may re-ask it within a round) and politeness (gaps between request starts per host)."""
+    time.sleep(1.3)  # the server flushes its log at least once a second
+    con = duckdb.connect()
+    con.register("log", read_log(access_log))
+    row = con.execute("""
+        WITH r AS (SELECT host, path, start FROM log WHERE start >= ? AND user_agent LIKE 'RecrawlBot%'),
+        g AS (SELECT start - lag(start) OVER (PARTITION BY host ORDER BY start) AS gap FROM r),
+        d AS (SELECT count(*) - 1 AS extra FROM r WHERE path <> '/robots.txt' GROUP BY host, path
+              HAVING count(*) > 1)
+        SELECT (SELECT count(*) FROM r), (SELECT coalesce(sum(extra), 0) FROM d),
+               (SELECT count(*) FROM g WHERE gap < ?), (SELECT min(gap) FROM g)
+    """, [since, delay]).fetchone()
+    again = con.execute("""SELECT host || path, count(*) FROM log WHERE start >= ? AND user_agent LIKE 'RecrawlBot%'
+                           GROUP BY ALL HAVING count(*) > 1""", [since]).fetchall()
+    con.close()
+    return {"requests": row[0], "repeated": int(row[1]), "gaps_below_delay": row[2], "min_gap_s": row[3],
+            "repeated_paths": again}
