@@ -56,7 +56,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from crawl.errors import LeaseHeld, LeaseLost
-from crawl.store import Store, atomic_write
+from crawl.store import Store, atomic_write, place_local
 
 #: How often a fetch task re-checks that it may go on (worker connected, token current); a dead
 #: attempt's fetchers stop issuing requests at most this long after their lease ended.
@@ -140,20 +140,10 @@ def _create_only(store: Store, path: str, data: bytes) -> bool:
     """Write ``path`` only if it does not exist; False when another writer got there first."""
     fs = store.fs
     if fs.__class__.__name__ == "LocalFileSystem":
-        parent = path.rsplit("/", 1)[0]
-        os.makedirs(parent, exist_ok=True)
-        tmp = f"{path}.tmp-{uuid.uuid4().hex}"
         try:
-            with open(tmp, "wb") as fh:
-                fh.write(data)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.link(tmp, path)  # atomic create-only of a complete file
+            place_local(path, data, os.link)  # atomic create-only of a complete file
         except FileExistsError:
             return False
-        finally:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
         return True
     with contextlib.suppress(Exception):
         fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)

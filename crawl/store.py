@@ -41,6 +41,7 @@ import contextlib
 import json
 import os
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -269,22 +270,28 @@ def _fs_for(root: str) -> tuple[fsspec.AbstractFileSystem, str]:
     return hit
 
 
+def place_local(path: str, data: bytes, place: Callable[[str, str], None] = os.replace) -> None:
+    """Write ``data`` to a temp file beside ``path`` (fsynced), then ``place(tmp, path)``: ``os.replace``
+    (atomic overwrite) or ``os.link`` (atomic create-only, raises FileExistsError). The temp file never
+    outlives the call, also on failure (e.g. disk full)."""
+    os.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
+    tmp = f"{path}.tmp-{uuid.uuid4().hex}"
+    try:
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        place(tmp, path)
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+
+
 def atomic_write(fs: fsspec.AbstractFileSystem, path: str, data: bytes) -> None:
     """Write then rename (local) or single PUT (object stores), so readers never see a torn file."""
     parent = path.rsplit("/", 1)[0]
     if fs.__class__.__name__ == "LocalFileSystem":
-        os.makedirs(parent, exist_ok=True)
-        tmp = f"{path}.tmp-{uuid.uuid4().hex}"
-        try:
-            with open(tmp, "wb") as fh:
-                fh.write(data)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, path)
-        except BaseException:  # e.g. disk full: leave no half-written temp file behind
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
+        place_local(path, data)
         return
     fs.makedirs(parent, exist_ok=True)
     fs.pipe_file(path, data)
