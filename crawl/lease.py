@@ -64,6 +64,7 @@ CHECK_INTERVAL_S = 1.0
 FETCH_PHASE = "fetch_parse"
 _KEEP_TOKENS = 16  # older token objects are pruned by the next acquisition
 _READBACK_PAUSE_S = 0.2
+_QUIET_MARGIN_S = 0.5  # added to a quiet period: clock reading and scheduling slack
 
 
 @dataclass(frozen=True)
@@ -212,8 +213,7 @@ class Lease:
                 continue
             quiet_until = 0.0
             if prev is not None and _was_fetching(prev):
-                ended = prev.heartbeat if prev.released else min(prev.expires_at, now)
-                quiet_until = ended + CHECK_INTERVAL_S + quiet_s + 0.5
+                quiet_until = quiet_after(prev, quiet_s, superseded_at=now)
             lease = cls(store, rec, expiry_s, quiet_until)
             lease._prune()
             return lease
@@ -293,6 +293,31 @@ class Lease:
         return wait
 
 
+def quiet_after(rec: LeaseRecord, quiet_s: float, superseded_at: float) -> float:
+    """When the fetchers of the attempt that held ``rec`` are known to have sent their last request at
+    least ``quiet_s`` ago: they stop within :data:`CHECK_INTERVAL_S` of its lease ending (released,
+    expired, or superseded by the next token at ``superseded_at``), plus a margin for clock reading."""
+    ended = rec.heartbeat if rec.released else min(rec.expires_at, superseded_at)
+    return ended + CHECK_INTERVAL_S + quiet_s + _QUIET_MARGIN_S
+
+
+def quiet_since(store: Store, token: int, quiet_s: float) -> float | None:
+    """:func:`quiet_after` for the attempt that held ``token``, read from the lease folder; None when it
+    cannot be told (the record was pruned, or nothing has ended or superseded that lease yet).
+
+    Why: a fetch task that finds an earlier, unfinished attempt of its partition (``crawl.tasks``)
+    waits only until this time -- which the lease's :meth:`Lease.wait_quiet` has usually already
+    waited out -- instead of a second full quiet period.
+    """
+    rec = _read(store, token)
+    if rec is None:
+        return None
+    successor = _read(store, token + 1)
+    if successor is None and not rec.released:
+        return None
+    return quiet_after(rec, quiet_s, successor.acquired_at if successor is not None else rec.expires_at)
+
+
 def _was_fetching(rec: LeaseRecord) -> bool:
     """The holder ended (or may still be) in the middle of fetching: its fetchers may still run."""
     return rec.phase.split(" ")[0] == FETCH_PHASE and not rec.phase.endswith(" done") \
@@ -336,4 +361,5 @@ def held(cfg: Any, lease: Lease | None = None, run: str | None = None, phase: st
         own.release(clean=True)
 
 
-__all__ = ["CHECK_INTERVAL_S", "Lease", "LeaseRecord", "current", "held", "quiet_s", "token_is_current"]
+__all__ = ["CHECK_INTERVAL_S", "Lease", "LeaseRecord", "current", "held", "quiet_after", "quiet_s", "quiet_since",
+           "token_is_current"]

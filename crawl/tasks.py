@@ -124,7 +124,7 @@ def fetch_task(cfg: CrawlConfig, round_no: int, part: int, now: datetime, token:
     if not go_on():
         raise FetchStopped(f"fetch of round {round_no} partition {part} not started: lease token {token} "
                            "is no longer current or the worker lost its scheduler")
-    wait_after_dead_attempt(cfg, store, round_no, part)
+    wait_after_dead_attempt(cfg, store, round_no, part, token)
     fetchlist = store.read_table(store.part_file(round_no, "fetchlist", part), FETCHLIST_SCHEMA)
     out = fetch_partition(
         cfg,
@@ -156,22 +156,36 @@ def fetch_task(cfg: CrawlConfig, round_no: int, part: int, now: datetime, token:
     return stats
 
 
-def wait_after_dead_attempt(cfg: CrawlConfig, store: Store, round_no: int, part: int) -> float:
+def wait_after_dead_attempt(cfg: CrawlConfig, store: Store, round_no: int, part: int,
+                            token: int | None = None) -> float:
     """Mark this fetch attempt; if an earlier one started and never finished, wait out its politeness.
 
     An attempt dies with its worker (SIGKILL, OOM) or an exception, possibly just after a request to
     one of the partition's hosts. Its rerun knows nothing of that request, so without this wait its first
     request to the same host could follow within the host's delay. Any host's delay is at most
-    ``max(politeness_delay_s, max_crawl_delay_s)`` (hosts asking for more are deferred), and the dead
-    attempt sends nothing more, so one such wait from now keeps every gap the server sees >= the delay.
-    Returns the seconds waited (0 on a first attempt).
+    :func:`crawl.lease.quiet_s` (hosts asking for more are deferred).
+
+    How long: when the earlier attempt ran under an older lease ``token`` (a dead owner; a rerun), its
+    fetchers stopped within a check interval of that lease ending, so it waits only until
+    :func:`crawl.lease.quiet_since` -- already waited out by the lease's ``wait_quiet`` before the
+    rerun fetches, so one quiet period in all, not two. Under the same token (Dask retried the task
+    after its worker died, the lease still live) or when that cannot be told, a full quiet period from
+    now: the dead attempt sends nothing more. Returns the seconds waited (0 on a first attempt).
     """
+    from crawl.lease import quiet_s, quiet_since
+
     marker = store.part_file(round_no, "fetched", part, "attempt")
+    earlier = store.read_json(marker) if store.exists(marker) else None
     waited = 0.0
-    if store.exists(marker):
-        waited = max(cfg.politeness_delay_s, cfg.max_crawl_delay_s)
-        time.sleep(waited)
-    store.write_json(marker, {"started": datetime.now(UTC).isoformat(), "waited_s": waited})
+    if earlier is not None:
+        before = earlier.get("token")
+        quiet_at = (quiet_since(store, before, quiet_s(cfg))
+                    if token is not None and isinstance(before, int) and before < token else None)
+        waited = quiet_s(cfg) if quiet_at is None else max(0.0, quiet_at - time.time())
+        if waited > 0:
+            time.sleep(waited)
+    store.write_json(marker, {"started": datetime.now(UTC).isoformat(), "token": token, "waited_s": round(waited, 3),
+                              "earlier": earlier and {"token": earlier.get("token"), "started": earlier.get("started")}})
     return waited
 
 

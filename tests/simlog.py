@@ -30,3 +30,28 @@ def log_figures(access_log: Path, delay: float, since: float = 0.0) -> dict[str,
     con.close()
     return {"requests": row[0], "repeated": int(row[1]), "gaps_below_delay": row[2], "min_gap_s": row[3],
             "repeated_paths": again}
+
+
+def first_request_after(access_log: Path, at: float) -> float | None:
+    """Start time (epoch s) of the first crawler request the server logged at or after ``at``."""
+    time.sleep(1.3)  # the server flushes its log at least once a second
+    con = duckdb.connect()
+    con.register("log", read_log(access_log))
+    row = con.execute("SELECT min(start) FROM log WHERE start >= ? AND user_agent LIKE 'RecrawlBot%'", [at]).fetchone()
+    con.close()
+    return row[0]
+
+
+def rerun_partition_waits(store, round_no: int, since: float) -> dict[int, float]:
+    """part -> seconds a rerun's fetch task waited for an earlier, unfinished attempt of its partition
+    (``crawl.tasks.wait_after_dead_attempt`` records it in the partition's attempt marker), for the
+    attempts started at or after ``since`` that found such an earlier attempt."""
+    from datetime import datetime
+
+    out = {}
+    for rel in store.ls(store.round_dir(round_no, "fetched")):
+        if rel.endswith(".attempt"):
+            m = store.read_json(rel)
+            if m.get("earlier") and datetime.fromisoformat(m["started"]).timestamp() >= since:
+                out[int(rel.rsplit("part=", 1)[1].split(".")[0])] = float(m["waited_s"])
+    return out

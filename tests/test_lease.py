@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -20,7 +21,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from simlog import log_figures
+from simlog import first_request_after, log_figures, rerun_partition_waits
 
 from crawl import lease as L
 from crawl import round as rnd
@@ -83,9 +84,14 @@ def test_killed_owner_lease_is_taken_over_after_expiry(web, tmp_path):
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
         deadline = time.monotonic() + 120
+        fetched = store.round_dir(2, "fetched")
         while time.monotonic() < deadline and proc.poll() is None:
             rec = L.current(store)
-            if rec is not None and rec.phase == L.FETCH_PHASE and web.stats()["requests"] > requests0 + 8:
+            names = store.ls(fetched)
+            # mid-fetch: a partition started (its attempt marker) and not done, its requests under way
+            unfinished = [n for n in names if n.endswith(".attempt") and n[:-len("attempt")] + "done" not in names]
+            if rec is not None and rec.phase == L.FETCH_PHASE and unfinished \
+                    and web.stats()["requests"] > requests0 + 4:
                 break
             time.sleep(0.1)
         assert proc.poll() is None, "the round ended before it could be killed"
@@ -100,14 +106,26 @@ def test_killed_owner_lease_is_taken_over_after_expiry(web, tmp_path):
     assert refused.returncode == 3 and "lease" in refused.stderr and dead.owner in refused.stderr, refused.stderr
     while time.time() < dead.expires_at + 0.2:
         time.sleep(0.2)
+    rerun_at = time.time()
     rerun = subprocess.run(_cli(cfg, "round", "--now", T1.isoformat()), capture_output=True, text=True, timeout=300)
     assert rerun.returncode == 0, rerun.stderr[-2000:]
     assert store.current_round() == 2
     after = L.current(store)
     assert after.token > dead.token and after.released and after.clean
     figs = log_figures(web.access_log, DELAY, since)
-    print(f"\nkilled owner: {figs}, wall {time.monotonic() - started:.1f} s")
+    # one quiet period after a dead owner, not two: the lease waits out the dead attempt's fetchers
+    # (its expiry + check interval + the largest delay); the partitions it left unfinished do not wait again
+    quiet_until = L.quiet_after(dead, L.quiet_s(cfg), dead.expires_at)
+    lease_wait = float(re.search(r"previous attempt \(\d+\) ended while fetching; waiting ([0-9.]+) s",
+                                 rerun.stderr).group(1))
+    part_waits = rerun_partition_waits(store, 2, rerun_at)
+    first = first_request_after(web.access_log, rerun_at)
+    print(f"\nkilled owner: {figs}, wall {time.monotonic() - started:.1f} s; rerun: lease wait {lease_wait:.2f} s, "
+          f"waits of the dead owner's unfinished partitions {part_waits} s, first request {first - rerun_at:.2f} s "
+          f"after the rerun started ({first - quiet_until:+.2f} s from the end of the one quiet period)")
     assert figs["gaps_below_delay"] == 0
+    assert first >= quiet_until
+    assert lease_wait > 0 and part_waits and set(part_waits.values()) == {0.0}, part_waits
 
 
 def test_publish_is_fenced_by_the_token(web, tmp_path):

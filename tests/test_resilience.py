@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -16,7 +17,7 @@ from pathlib import Path
 
 import pyarrow.compute as pc
 import pytest
-from simlog import log_figures
+from simlog import first_request_after, log_figures, rerun_partition_waits
 
 from crawl import crawldb, lease
 from crawl import round as rnd
@@ -77,12 +78,29 @@ def test_killed_round_reruns_to_the_same_published_state(simweb, tmp_path):
     while dead.live():
         time.sleep(0.1)
 
+    rerun_at = time.time()
     out = subprocess.run(_cli(cfg, "round", "--now", (T0 + timedelta(hours=1)).isoformat()),
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert store.current_round() == 2
     assert done_before <= {p for p in store.ls(store.round_dir(2, "fetched")) if p.endswith(".done")}
     assert _state(cfg) == _state(ref)
+    _one_quiet_period(cfg, store, simweb.access_log, dead, out.stderr, rerun_at, "killed round")
+
+
+def _one_quiet_period(cfg, store: Store, access_log: Path, dead: lease.LeaseRecord, stderr: str, rerun_at: float,
+                      what: str) -> None:
+    """After a dead owner the rerun waits one quiet period (the lease's), not two: the partitions the
+    dead attempt left unfinished do not wait again, and no request comes before that period ends."""
+    quiet_until = lease.quiet_after(dead, lease.quiet_s(cfg), dead.expires_at)
+    said = re.search(r"previous attempt \(\d+\) ended while fetching; waiting ([0-9.]+) s", stderr)
+    waits = rerun_partition_waits(store, 2, rerun_at)
+    first = first_request_after(access_log, rerun_at)
+    print(f"{what}: rerun waited {float(said.group(1)) if said else 0.0:.2f} s for the lease, {waits} s in the dead "
+          f"attempt's unfinished partitions; first request {first - rerun_at:.2f} s after the rerun started, "
+          f"{first - quiet_until:+.2f} s from the end of the quiet period")
+    assert first >= quiet_until
+    assert waits and set(waits.values()) == {0.0}, waits
 
 
 DASK_ENV = {**os.environ, "DASK_DISTRIBUTED__WORKER__DAEMON": "False"}
@@ -338,6 +356,7 @@ def test_scheduler_killed_mid_fetch_then_immediate_rerun_stays_polite(make_simwe
         _, err = proc.communicate(timeout=120)
         print(f"\nfirst attempt: exit {proc.returncode}: {err.strip().splitlines()[-1]}")
         assert proc.returncode != 0 and store.current_round() == 1
+        dead = lease.current(store)  # the failed attempt's lease (released, not clean)
         # at once: a new scheduler, new workers, the rerun
         address2, sched2 = start_scheduler(tmp_path)
         new = [sched2, *start_workers(address2, 2, "new")]
@@ -357,6 +376,7 @@ def test_scheduler_killed_mid_fetch_then_immediate_rerun_stays_polite(make_simwe
     assert figs["gaps_below_delay"] == 0, figs
     assert not after_kill, "the dead attempt's fetchers went on after their scheduler died"
     assert _state(cfg) == _state(ref)
+    _one_quiet_period(cfg, store, sw.access_log, dead, out.stderr, rerun_at, "scheduler kill")
 
 
 @pytest.fixture
