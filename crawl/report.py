@@ -232,9 +232,31 @@ def round_series(view: CrawlView) -> list[dict[str, Any]]:
             "stale_share": stale.get(r, {}).get("stale_share"),
             "dag_run": view.step(r, "airflow") or None,
             "dask_dashboard": fp.get("dask_dashboard") or None,  # live only while that round's cluster ran
+            "health": round_health(manifest),
         })
         out.append(rec)
     return out
+
+
+def round_health(manifest: dict[str, Any]) -> dict[str, Any] | None:
+    """The health gate's verdict on a published round (:mod:`crawl.health`, kept in its manifest), with
+    the thresholds that round ran with; None for a round published before the gate existed.
+
+    Why here: the rounds table, the banner of the dashboard and report file, and the crawls list all
+    say "degraded, because ..." from this one reading of the manifest.
+    """
+    from crawl.config import CrawlConfig
+
+    h = manifest.get("health")
+    if not isinstance(h, dict) or "host_failure_share" not in h:
+        return None
+    conf = manifest.get("config") or {}
+    return {**h, "degraded": bool(manifest.get("degraded", h.get("degraded"))),
+            "reasons": list(h.get("reasons") or []),
+            "max_host_failure_share": float(conf.get("degraded_host_failure_share",
+                                                     CrawlConfig.degraded_host_failure_share)),
+            "min_fetched_share": float(conf.get("degraded_min_fetched_share",
+                                                CrawlConfig.degraded_min_fetched_share))}
 
 
 def _stale_expr(at_sql: str) -> str:
@@ -569,7 +591,7 @@ def crawl_overview(root: str, crawl_id: str) -> dict[str, Any]:
     n = store.current_round()
     out: dict[str, Any] = {"crawl_id": crawl_id, "rounds": n, "round_time": None, "known": None, "requests": None,
                            "discovered": None, "pages_per_s": None, "published_at": None, "dag_run": None,
-                           "report": None}
+                           "report": None, "health": None}
     if n == 0:
         return out
     m = store.read_json(store.round_dir(n, "manifest.json"), {}) or {}
@@ -578,7 +600,7 @@ def crawl_overview(root: str, crawl_id: str) -> dict[str, Any]:
                discovered=(m.get("update") or {}).get("discovered"),
                pages_per_s=(m.get("fetch_parse") or {}).get("pages_per_s"), published_at=m.get("published_at"),
                dag_run=store.read_json(store.round_dir(n, "airflow.json")),
-               report=n if store.exists(report_path(store, n)) else None)
+               report=n if store.exists(report_path(store, n)) else None, health=round_health(m))
     return out
 
 
@@ -589,6 +611,6 @@ def report_path(store: Store, round_no: int) -> str:
 
 __all__ = [
     "ERROR_CLASSES", "RATE_BINS", "CrawlView", "Report", "build", "capture_body", "capture_history", "crawl_overview",
-    "due_histogram", "freshness", "hosts", "open_view", "queue", "report_path", "round_series",
+    "due_histogram", "freshness", "hosts", "open_view", "queue", "report_path", "round_health", "round_series",
     "stale_series", "status_breakdown",
 ]

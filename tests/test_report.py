@@ -268,3 +268,84 @@ def test_report_file_from_the_cli_is_self_contained_and_matches_duckdb(crawled):
     proc = _cli("--root", cfg.root, "--crawl-id", CRAWL, "--round", "7")
     assert proc.returncode == 2 and "no published round 7" in proc.stderr
     assert not store.exists(report.report_path(store, 7))
+
+
+def _manifest_health(root: str, crawl_id: str, r: int) -> dict:
+    """The health gate's figures of round ``r``, read from its manifest by DuckDB (not by crawl.report)."""
+    path = f"{root}/state/crawl={crawl_id}/rounds/{r:05d}/manifest.json"
+    con = duckdb.connect()
+    rel = con.execute(f"""
+        SELECT degraded, health.hosts_with_connection_failures, health.hosts, health.host_failure_share,
+               health.answered, health.planned, health.fetched_share, config.degraded_host_failure_share,
+               config.degraded_min_fetched_share
+        FROM read_json_auto('{path}', maximum_object_size = 67108864)""")
+    keys = ("degraded", "failing", "hosts", "host_share", "answered", "planned", "fetched_share", "max_host_share",
+            "min_fetched_share")
+    return dict(zip(keys, rel.fetchone(), strict=True))
+
+
+def _pct_of(text: str) -> float:
+    return float(text.strip().rstrip("%")) / 100
+
+
+def _health_cells_match(doc, r: int, m: dict) -> None:
+    tr = doc.css_first(f'table#rounds tr[data-round="{r}"]')
+    assert tr.css_first('[data-k="health"]').text().strip() == ("degraded" if m["degraded"] else "healthy")
+    assert _pct_of(tr.css_first('[data-k="host_failure_share"]').text()) == pytest.approx(m["host_share"], abs=0.006)
+    assert _pct_of(tr.css_first('[data-k="fetched_share"]').text()) == pytest.approx(m["fetched_share"], abs=0.006)
+
+
+def test_report_file_of_a_healthy_crawl_has_no_degraded_banner(crawled):
+    cfg = crawled
+    proc = _cli("--root", cfg.root, "--crawl-id", CRAWL, "--round", str(ROUNDS))
+    assert proc.returncode == 0, proc.stderr
+    doc = HTMLParser(Path(proc.stdout.strip()).read_text(encoding="utf-8"))
+    assert doc.css_first("#degraded") is None and "degraded" not in doc.css_first("#tiles").text()
+    for r in range(1, ROUNDS + 1):
+        m = _manifest_health(cfg.root, CRAWL, r)
+        assert m["degraded"] is False
+        _health_cells_match(doc, r, m)
+
+
+def test_report_file_of_a_degraded_round_says_so_and_why(make_simweb, tmp_path):
+    """The web goes down after round 1: round 2 is published degraded. Its report file opens with a
+    banner giving the health gate's figures and thresholds, equal to the manifest read by DuckDB and to
+    the connection failures counted in the round's fetch records; round 1's report (as of round 1) has none."""
+    sw = make_simweb()
+    cid = "down"
+    cfg = _cfg(tmp_path / "root", sw, crawl_id=cid, max_pages=40, round_duration_s=6.0)
+    t0 = sw.clock()["time"]
+    seeds = sw.seed_urls(4)
+    assert seeds
+    rnd.run_round(cfg, seeds, datetime.fromtimestamp(t0, UTC))
+    sw.stop()  # the whole web is unreachable from here on
+    rnd.run_round(cfg, None, datetime.fromtimestamp(t0 + SPACING_S, UTC))
+    m = _manifest_health(cfg.root, cid, 2)
+    assert m["degraded"] is True and m["host_share"] > m["max_host_share"]
+    fx = f"read_parquet('{cfg.root}/state/crawl={cid}/rounds/00002/fetched/part=*.parquet')"
+    failing, hosts = _duck(f"""SELECT count(DISTINCT host) FILTER (WHERE error IN ('dns', 'connect', 'connect_timeout',
+                               'timeout', 'reset')), count(DISTINCT host) FROM {fx}""")[0]
+    assert (m["failing"], m["hosts"]) == (failing, hosts) and failing > 0
+
+    proc = _cli("--root", cfg.root, "--crawl-id", cid)
+    assert proc.returncode == 0, proc.stderr
+    doc = HTMLParser(Path(proc.stdout.strip()).read_text(encoding="utf-8"))
+    banner = doc.css_first("#degraded")
+    assert banner is not None and banner.attributes["data-round"] == "2"
+    assert "Round 2 is degraded" in banner.text()
+    hosts_li, answered_li = banner.css_first('[data-k="host_failure_share"]'), banner.css_first('[data-k="fetched_share"]')
+    assert hosts_li.css_first(".of").text() == f"{failing} of {hosts}"
+    assert _pct_of(hosts_li.css_first(".v").text()) == pytest.approx(m["host_share"], abs=0.006)
+    assert _pct_of(hosts_li.css_first(".t").text()) == pytest.approx(m["max_host_share"])
+    assert "over" in hosts_li.attributes.get("class", "")
+    assert answered_li.css_first(".of").text() == f"{m['answered']} of {m['planned']}"
+    assert _pct_of(answered_li.css_first(".v").text()) == pytest.approx(m["fetched_share"], abs=0.006)
+    assert _pct_of(answered_li.css_first(".t").text()) == pytest.approx(m["min_fetched_share"])
+    for r in (1, 2):
+        _health_cells_match(doc, r, _manifest_health(cfg.root, cid, r))
+    # as of round 1 (healthy): no banner
+    proc = _cli("--root", cfg.root, "--crawl-id", cid, "--round", "1")
+    assert proc.returncode == 0, proc.stderr
+    one = HTMLParser(Path(proc.stdout.strip()).read_text(encoding="utf-8"))
+    assert one.css_first("#degraded") is None
+    assert one.css_first('table#rounds tr[data-round="1"] [data-k="health"]').text().strip() == "healthy"
