@@ -100,19 +100,24 @@ def _utf8(s: str) -> bytes:
         return s.encode("utf-16", "surrogatepass").decode("utf-16", "replace").encode("utf-8")
 
 
+def _ada_obj(url: str, base: str | None):  # noqa: ANN202 - a cffi handle
+    """One Ada parse of ``url`` against ``base`` -> Ada's URL handle (the caller frees it)."""
+    b = _utf8(url)
+    if base is None:
+        return lib.ada_parse(b, len(b))
+    bb = _utf8(base)
+    obj = lib.ada_parse_with_base(b, len(b), bb, len(bb))
+    if not lib.ada_is_valid(obj) and not lib.ada_can_parse(bb, len(bb)):
+        # an unusable base: an absolute URL still stands on its own (Ada refuses any input then)
+        lib.ada_free(obj)
+        obj = lib.ada_parse(b, len(b))
+    return obj
+
+
 def _ada(url: str, base: str | None, schemes: tuple[str, ...] = WEB_SCHEMES) -> URL | None:
     """One Ada parse -> :class:`URL` (host as WHATWG gives it), or None if Ada refuses it or the
     result's scheme is not in ``schemes``."""
-    b = _utf8(url)
-    if base is None:
-        obj = lib.ada_parse(b, len(b))
-    else:
-        bb = _utf8(base)
-        obj = lib.ada_parse_with_base(b, len(b), bb, len(bb))
-        if not lib.ada_is_valid(obj) and not lib.ada_can_parse(bb, len(bb)):
-            # an unusable base: an absolute URL still stands on its own (Ada refuses any input then)
-            lib.ada_free(obj)
-            obj = lib.ada_parse(b, len(b))
+    obj = _ada_obj(url, base)
     try:
         if not lib.ada_is_valid(obj):
             return None
@@ -127,7 +132,7 @@ def _ada(url: str, base: str | None, schemes: tuple[str, ...] = WEB_SCHEMES) -> 
     if scheme not in schemes or scheme not in _DEFAULT_PORTS:
         return None
     host = href[hs + 1:he] if href[hs:hs + 1] == "@" else href[hs:he]
-    if "xn--" in host and not all(_valid_xn_label(lab) for lab in host.split(".") if lab.startswith("xn--")):
+    if not _xn_labels_ok(host):
         return None
     n = len(href)
     path_end = ss if ss != _OMITTED else (fs if fs != _OMITTED else n)
@@ -142,6 +147,11 @@ def _ada(url: str, base: str | None, schemes: tuple[str, ...] = WEB_SCHEMES) -> 
         href[fs + 1:] if fs != _OMITTED else "",
         href,
     )
+
+
+def _xn_labels_ok(host: str) -> bool:
+    """Every ``xn--`` label of ``host`` is valid (see :func:`_valid_xn_label`)."""
+    return "xn--" not in host or all(_valid_xn_label(lab) for lab in host.split(".") if lab.startswith("xn--"))
 
 
 @lru_cache(maxsize=4096)
@@ -213,8 +223,26 @@ def resolve(input: str, base: str | None,  # noqa: A002 - the interface name
             schemes: tuple[str, ...] = WEB_SCHEMES) -> str | None:
     """Resolve ``input`` against ``base`` the WHATWG way -> its serialisation; None if unparsable or
     not of ``schemes``. (Link extraction's answer: no exception per bad ``href``.)"""
-    u = _ada(input, base, tuple(schemes))
-    return None if u is None else u._href
+    obj = _ada_obj(input, base)
+    # what _ada checks, on the href alone: link resolution calls this ~30 times per page, and building
+    # the URL dataclass cost more than Ada's parse (bench/parse_bench.py)
+    try:
+        if not lib.ada_is_valid(obj):
+            return None
+        h = lib.ada_get_href(obj)
+        href = ffi.buffer(h.data, h.length)[:].decode("utf-8")
+        c = lib.ada_get_components(obj)
+        pe, hs, he = c.protocol_end, c.host_start, c.host_end
+    finally:
+        lib.ada_free(obj)
+    scheme = href[:pe - 1]
+    if scheme not in schemes or scheme not in _DEFAULT_PORTS:
+        return None
+    if "xn--" in href:
+        host = href[hs + 1:he] if href[hs:hs + 1] == "@" else href[hs:he]
+        if not _xn_labels_ok(host):
+            return None
+    return href
 
 
 def host_of(url: str, schemes: tuple[str, ...] = WEB_SCHEMES) -> str:
