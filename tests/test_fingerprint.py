@@ -201,3 +201,36 @@ def test_every_stand_alone_replacement_holds_next_to_any_neighbour() -> None:
             for right in neighbours:
                 text = f"x{left}{c}{right}y"
                 assert _nfkc(text) == unicodedata.normalize("NFKC", text), repr(text)
+
+
+def test_fingerprints_many_equals_the_scalar_definitions_across_batches() -> None:
+    """parse fingerprints a partition's texts in batches (NUL-joined bytes, shingles cut at text
+    boundaries, bits counted per text): every text must get exactly ``simhash`` and ``text_digest``,
+    whatever its neighbours in the batch -- short, empty, whitespace-only, NUL-holding, long, with
+    leading and trailing whitespace -- and batches must split anywhere."""
+    from crawl import fingerprint
+
+    rng = random.Random(9)
+    texts: list[str | None] = []
+    for k in range(1500):
+        r = rng.random()
+        if r < 0.05:
+            texts.append(rng.choice(["", None, " ", "\t\n ", "a", "a b", "a b c", "\x00", "x\x00y z w"]))
+        elif r < 0.15:
+            texts.append(_article(k, rng.randint(50, 3000)) + rng.choice(["", " ", "  \n", "\x1c", " …"]))
+        else:
+            pool = [p for p in _POOL if p != "\ud800"] + [" word ", "\x00", "  "]
+            texts.append("".join(rng.choice(pool) for _ in range(rng.randint(0, 60))))
+    want = [(simhash(t), text_digest(t)) if t else (0, None) for t in texts]
+    for batch_bytes in (1, 200, 1 << 15):  # every text alone, a few per batch, many per batch
+        old = fingerprint._BATCH_BYTES
+        fingerprint._BATCH_BYTES = batch_bytes
+        try:
+            sims, digests = fingerprint.fingerprints_many(texts)
+        finally:
+            fingerprint._BATCH_BYTES = old
+        assert sims.dtype == np.int64
+        got = list(zip(sims.tolist(), digests, strict=True))
+        bad = [i for i, (g, w) in enumerate(zip(got, want, strict=True)) if g != w]
+        assert not bad, (batch_bytes, [(texts[i][:40], got[i], want[i]) for i in bad[:3]])
+    assert sum(s != 0 for s, _ in want) > 1000
