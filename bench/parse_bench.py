@@ -185,7 +185,15 @@ def load_parse_at(rev: str):
         sys.modules[name] = mod  # dataclasses look their module up
         spec.loader.exec_module(mod)
         mods[name] = mod
-    return mods["parse_baseline"]
+    # the built-in PDF/image parsers register themselves in the current crawl.parse; give the baseline
+    # module the same ones, or its tables differ on every non-HTML document
+    import crawl.parse as current
+
+    current._load_builtins()
+    base = mods["parse_baseline"]
+    base._builtins_loaded = True
+    base._PARSERS.update({m: fn for m, fn in current._PARSERS.items() if fn is not current.parse_html})
+    return base
 
 
 def simweb_warc(root: str, hosts: int):

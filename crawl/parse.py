@@ -44,7 +44,7 @@ import importlib
 import importlib.metadata
 import logging
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -55,7 +55,7 @@ import pyarrow.compute as pc
 from selectolax.lexbor import LexborHTMLParser
 
 from crawl.config import PARSER_SPEC_RE, PRODUCT_TOKEN
-from crawl.fingerprint import fingerprints
+from crawl.fingerprint import fingerprints_many
 from crawl.records import FETCHED, LINK_SCHEMA, PAGE_SCHEMA, REDIRECT
 from crawl.url import WEB_SCHEMES, resolve_many
 from crawl.warc import iter_records
@@ -674,97 +674,92 @@ def _parse_document(url: str, payload: bytes, headers: Mapping[str, str] | Itera
     return doc, raw
 
 
-def parse_partition(root: str, fetch_table: pa.Table, max_outlinks: int,
-                    schemes: tuple[str, ...] = WEB_SCHEMES) -> tuple[pa.Table, pa.Table]:
-    """Parse every stored response of a fetch partition; returns (PAGE_SCHEMA, LINK_SCHEMA) tables.
+Body = tuple[int, Sequence[tuple[str, str]], bytes]
+"""One stored document to parse: (row of the fetch table, HTTP response headers, payload)."""
 
-    Bodies are read back from the WARC files: each file once, sequentially, taking the records whose
-    offsets the fetch rows point at (a partition's responses are most of its file, so one pass beats
-    one range request per row). HTML links of the whole partition are resolved in one
-    :func:`crawl.url.resolve_many` call after the pass (``_resolve_pages``), keeping URLs of
-    ``schemes`` (the crawl's ``allowed_schemes``). Redirect rows add a ``redirect`` link from URL to
-    target.
-    """
-    status = fetch_table.column("status")
-    warc_type = fetch_table.column("warc_type")
-    # response records (http) and resource records (ftp: a file or a directory listing)
-    is_page = pc.fill_null(pc.and_(pc.equal(status, FETCHED), pc.is_in(warc_type, pa.array(["response", "resource"]))),
-                           False)
-    is_page = pc.and_(is_page, pc.is_valid(fetch_table.column("warc_filename")))
-    pages_in = fetch_table.filter(is_page).select(
-        ["url", "url_hash", "warc_filename", "warc_record_offset", "content_type"])
 
-    page_cols: dict[str, list] = {f.name: [] for f in PAGE_SCHEMA}
-    raws: list[_RawLinks | None] = []        # per page: HTML links still to resolve
-    direct: list[tuple[int, Link]] = []      # (page, link) from other parsers, already resolved
+def document_rows(fetch_table: pa.Table) -> np.ndarray:
+    """Rows of a fetch table that hold a stored document (int64 indices): fetched ``response`` records
+    (http) and ``resource`` records (ftp: a file or a directory listing) written to a WARC file. The
+    bodies given to :func:`parse_bodies` are those of these rows, from whatever source."""
+    is_doc = pc.and_(pc.equal(fetch_table.column("status"), FETCHED),
+                     pc.is_in(fetch_table.column("warc_type"), pa.array(["response", "resource"])))
+    is_doc = pc.fill_null(pc.and_(is_doc, pc.is_valid(fetch_table.column("warc_filename"))), False)
+    return np.flatnonzero(is_doc.to_numpy(zero_copy_only=False)) if fetch_table.num_rows else np.zeros(0, np.int64)
 
-    files = pages_in.column("warc_filename").to_pylist()
-    offsets = pages_in.column("warc_record_offset").to_pylist()
-    urls = pages_in.column("url").to_pylist()
-    hashes = pages_in.column("url_hash").to_pylist()
-    cts = pages_in.column("content_type").to_pylist()
+
+def warc_bodies(root: str, fetch_table: pa.Table) -> Iterator[Body]:
+    """The bodies of :func:`document_rows`, read back from the partition's WARC files: each file once,
+    sequentially, taking the records whose offsets the rows point at (a partition's responses are most
+    of its file, so one pass beats one range request per row). Files in name order, records in file
+    order."""
+    rows = document_rows(fetch_table)
+    files = fetch_table.column("warc_filename").take(rows).to_pylist()
+    offsets = fetch_table.column("warc_record_offset").take(rows).to_pylist()
     by_file: dict[str, dict[int, int]] = {}
-    for i, (fname, off) in enumerate(zip(files, offsets, strict=True)):
-        by_file.setdefault(fname, {})[off] = i
-
+    for row, fname, off in zip(rows.tolist(), files, offsets, strict=True):
+        by_file.setdefault(fname, {})[off] = row
     for fname in sorted(by_file):
         wanted = by_file[fname]
         remaining = len(wanted)
         for rec in iter_records(root, fname):
-            i = wanted.get(rec.offset)
-            if i is None:
+            row = wanted.get(rec.offset)
+            if row is None:
                 continue
-            headers = list(rec.http_headers)
-            if cts[i] and not any(k.lower() == "content-type" for k, _ in headers):
-                headers.append(("Content-Type", cts[i]))
-            try:
-                doc, raw = _parse_document(urls[i], rec.payload, headers, max_outlinks, defer=True)
-            except Exception:  # one hostile document must not fail the partition
-                log.exception("parse failed for %s", urls[i])
-                doc, raw = ParsedDoc(mime_detected=sniff_mime(rec.payload, cts[i])), None
-            n_page = len(raws)
-            if doc.meta_nofollow:  # a nofollow page contributes no links (its canonical URL still counts)
-                if raw is not None:
-                    raw.hrefs, raw.kinds, raw.nofollow = [], [], []
-            elif raw is None:
-                direct.extend((n_page, link) for link in doc.links)
-            raws.append(raw)
-            text = doc.text or ""
-            page_cols["url"].append(urls[i])
-            page_cols["url_hash"].append(hashes[i])
-            page_cols["title"].append(doc.title)
-            page_cols["text"].append(text)
-            page_cols["text_length"].append(len(text))
-            page_cols["content_charset"].append(doc.charset)
-            page_cols["content_mime_detected"].append(doc.mime_detected)
-            page_cols["content_languages"].append(doc.language)
-            page_cols["canonical_url"].append(doc.canonical)
-            page_cols["meta_noindex"].append(doc.meta_noindex)
-            page_cols["meta_nofollow"].append(doc.meta_nofollow)
-            fp_text = doc.fingerprint_text
-            sim, digest = fingerprints(fp_text) if fp_text else (0, None)
-            page_cols["simhash"].append(sim)
-            page_cols["text_digest"].append(digest)
-            page_cols["page_count"].append(doc.page_count)
-            img = doc.image
-            page_cols["image_format"].append(img.format if img else None)
-            page_cols["image_width"].append(img.width if img else None)
-            page_cols["image_height"].append(img.height if img else None)
-            page_cols["image_mode"].append(img.mode if img else None)
-            page_cols["exif_datetime"].append(img.exif_datetime if img else None)
-            page_cols["camera_make"].append(img.camera_make if img else None)
-            page_cols["camera_model"].append(img.camera_model if img else None)
+            yield row, rec.http_headers, rec.payload
             remaining -= 1
             if remaining == 0:
                 break
         if remaining:
             log.warning("%s: %d fetch rows point at offsets with no record", fname, remaining)
 
-    page_urls = page_cols["url"]
+
+def parse_partition(root: str, fetch_table: pa.Table, max_outlinks: int,
+                    schemes: tuple[str, ...] = WEB_SCHEMES) -> tuple[pa.Table, pa.Table]:
+    """Parse every stored response of a fetch partition, bodies read back from its WARC files
+    (:func:`warc_bodies`); returns (PAGE_SCHEMA, LINK_SCHEMA) tables (see :func:`parse_bodies`)."""
+    return parse_bodies(fetch_table, warc_bodies(root, fetch_table), max_outlinks, schemes)
+
+
+def parse_bodies(fetch_table: pa.Table, bodies: Iterable[Body], max_outlinks: int,
+                 schemes: tuple[str, ...] = WEB_SCHEMES) -> tuple[pa.Table, pa.Table]:
+    """Parse ``bodies`` (documents of ``fetch_table``'s rows, from the WARC files or from memory);
+    returns (PAGE_SCHEMA, LINK_SCHEMA) tables, pages in the order of ``bodies``.
+
+    Why separate from where bodies come from: the fetch task holds the bodies it just downloaded, so
+    parsing them there needs no WARC read-back (bench/warcread_bench.py measures that read). HTML links
+    of all pages are resolved in one :func:`crawl.url.resolve_many` call after the pass
+    (``_resolve_pages``), keeping URLs of ``schemes`` (the crawl's ``allowed_schemes``); text
+    fingerprints are computed for all pages at once (:func:`crawl.fingerprint.fingerprints_many`);
+    redirect rows of ``fetch_table`` add a ``redirect`` link from URL to target.
+    """
+    all_urls = fetch_table.column("url").to_pylist()
+    cts = fetch_table.column("content_type").to_pylist()
+    rows: list[int] = []
+    docs: list[ParsedDoc] = []
+    raws: list[_RawLinks | None] = []        # per page: HTML links still to resolve
+    direct: list[tuple[int, Link]] = []      # (page, link) from other parsers, already resolved
+    for row, http_headers, payload in bodies:
+        url, ct = all_urls[row], cts[row]
+        headers = list(http_headers)
+        if ct and not any(k.lower() == "content-type" for k, _ in headers):
+            headers.append(("Content-Type", ct))
+        try:
+            doc, raw = _parse_document(url, payload, headers, max_outlinks, defer=True)
+        except Exception:  # one hostile document must not fail the partition
+            log.exception("parse failed for %s", url)
+            doc, raw = ParsedDoc(mime_detected=sniff_mime(payload, ct)), None
+        if doc.meta_nofollow:  # a nofollow page contributes no links (its canonical URL still counts)
+            if raw is not None:
+                raw.hrefs, raw.kinds, raw.nofollow = [], [], []
+        elif raw is None:
+            direct.extend((len(docs), link) for link in doc.links)
+        rows.append(row)
+        docs.append(doc)
+        raws.append(raw)
+
+    page_urls = [all_urls[r] for r in rows]
     res = _resolve_pages(page_urls, raws, max_outlinks, tuple(schemes))
-    for i, r in enumerate(raws):
-        if r is not None:
-            page_cols["canonical_url"][i] = res.canonical[i]
     link_page, to_url, kind, nofollow = res.page, res.to_url, res.kind, res.nofollow
     if direct:  # merge in page order (stable: each page's links keep their order)
         link_page = np.concatenate([link_page, np.array([p for p, _ in direct], np.int64)])
@@ -774,11 +769,12 @@ def parse_partition(root: str, fetch_table: pa.Table, max_outlinks: int,
         order = pa.array(np.argsort(link_page, kind="stable"))
         link_page, to_url, kind = link_page[order.to_numpy()], to_url.take(order), kind.take(order)
         nofollow = nofollow[order.to_numpy()]
-    page_cols["outlink_count"] = np.bincount(link_page, minlength=len(page_urls)).astype(np.int32)
 
+    pages = _page_table(fetch_table.take(pa.array(np.asarray(rows, np.int64))), docs, raws, res.canonical,
+                        np.bincount(link_page, minlength=len(docs)).astype(np.int32))
+    status = fetch_table.column("status")
     redirects = fetch_table.filter(pc.fill_null(pc.and_(
         pc.equal(status, REDIRECT), pc.is_valid(fetch_table.column("redirect_location"))), False))
-    pages = pa.Table.from_pydict(page_cols, schema=PAGE_SCHEMA)
     links_t = pa.Table.from_pydict(
         {"from_url": pa.concat_arrays([pa.array(page_urls, pa.string()).take(pa.array(link_page)),
                                        redirects.column("url").combine_chunks().cast(pa.string())]),
@@ -791,8 +787,46 @@ def parse_partition(root: str, fetch_table: pa.Table, max_outlinks: int,
     return pages, links_t
 
 
+def _page_table(rows: pa.Table, docs: list[ParsedDoc], raws: list[_RawLinks | None],
+                canonical: list[str | None], outlink_count: np.ndarray) -> pa.Table:
+    """PAGE_SCHEMA rows of parsed documents, a column at a time (URL and hash straight from the fetch
+    rows, fingerprints from one :func:`crawl.fingerprint.fingerprints_many` call)."""
+    texts = [d.text or "" for d in docs]
+    sims, digests = fingerprints_many([d.fingerprint_text for d in docs])
+    imgs = [d.image for d in docs]
+    cols: dict[str, Any] = {
+        "url": rows.column("url"),
+        "url_hash": rows.column("url_hash"),
+        "title": [d.title for d in docs],
+        "text": texts,
+        "text_length": np.fromiter(map(len, texts), np.int32, len(texts)),
+        "content_charset": [d.charset for d in docs],
+        "content_mime_detected": [d.mime_detected for d in docs],
+        "content_languages": [d.language for d in docs],
+        # HTML pages: the canonical URL resolved with the links; other documents: their parser's
+        "canonical_url": [c if r is not None else d.canonical for d, r, c in zip(docs, raws, canonical, strict=True)],
+        "meta_noindex": [d.meta_noindex for d in docs],
+        "meta_nofollow": [d.meta_nofollow for d in docs],
+        "outlink_count": outlink_count,
+        "simhash": sims,
+        "text_digest": digests,
+        "page_count": [d.page_count for d in docs],
+    }
+    image_cols = ("image_format", "image_width", "image_height", "image_mode", "exif_datetime", "camera_make",
+                  "camera_model")
+    if any(imgs):
+        for name in image_cols:
+            attr = name.removeprefix("image_")
+            cols[name] = [getattr(i, attr) if i else None for i in imgs]
+    else:
+        for name in image_cols:
+            cols[name] = pa.nulls(len(docs), PAGE_SCHEMA.field(name).type)
+    return pa.Table.from_pydict(cols, schema=PAGE_SCHEMA)
+
+
 __all__ = [
-    "ENTRY_POINT_GROUP", "ImageInfo", "Link", "ParsedDoc", "Parser", "ParserLoadError", "detect_charset",
-    "find_parsers", "install_parsers", "load_parser", "parse_document", "parse_html", "parse_partition", "parser", "parser_for",
+    "ENTRY_POINT_GROUP", "Body", "ImageInfo", "Link", "ParsedDoc", "Parser", "ParserLoadError", "detect_charset",
+    "document_rows", "find_parsers", "install_parsers", "load_parser", "parse_bodies", "parse_document", "parse_html",
+    "parse_partition", "parser", "parser_for", "warc_bodies",
     "register_parser", "sniff_mime", "x_robots_flags",
 ]
