@@ -87,6 +87,12 @@ def check_dashboard(page: Any, server: Any, shots: Any, crawl_root: Path, crawl_
         tr = page.locator(f'table#rounds tr[data-round="{r}"]')
         got = [_int(tr.locator(f'[data-k="{k}"]').inner_text()) for k in ("fetched", "errors", "new_urls")]
         assert got == [fetched, errors, new], (r, got, [fetched, errors, new])
+    # the health gate (crawl.health): each round's verdict as its manifest has it; a banner only for a
+    # degraded latest round
+    for r in range(1, n + 1):
+        verdict = "degraded" if files.step(r, "manifest")["degraded"] else "healthy"
+        assert page.locator(f'table#rounds tr[data-round="{r}"] [data-k="health"]').inner_text() == verdict
+    assert page.locator("#degraded").count() == int(files.step(n, "manifest")["degraded"])
     status = dict(_duck(f"SELECT status, count(*) FROM {files.db} GROUP BY 1"))
     shown = {tr.get_attribute("data-status"): _int(tr.locator('[data-k="urls"]').inner_text())
              for tr in page.locator("table#status tbody tr").all()}

@@ -12,12 +12,14 @@ from urllib.parse import quote, unquote
 
 import pytest
 from airflow_harness import REPO, configure_env
+from browser import artifacts, chromium  # noqa: F401 - fixtures are found by name
 from selectolax.lexbor import LexborHTMLParser as HTMLParser
 
 configure_env()  # before anything imports airflow
 
 CRAWL = "dash"
 PENDING = "waiting"  # seeds injected, no round published yet
+DOWN = "down"  # its web went down after round 1: round 2 is degraded (crawl.health)
 ROUNDS = 2
 RUN_ID = "manual__2026-12-01T10:00:00+00:00"
 
@@ -50,7 +52,28 @@ def root(tmp_path_factory, simweb) -> Path:
 
     rnd.report(load_config(overrides={"root": str(root), "crawl_id": CRAWL}, use_env=False), ROUNDS,
                origin={"dag_id": "recrawl", "run_id": RUN_ID})
+    _crawl_a_web_that_goes_down(root, tmp_path_factory.mktemp("downweb"))
     return root
+
+
+def _crawl_a_web_that_goes_down(root: Path, workdir: Path) -> None:
+    """Crawl ``DOWN``: round 1 on a web of its own, then that web stops and round 2 is published
+    degraded (``crawl run`` warns and exits 0 without ``--strict``; it writes both report files)."""
+    from conftest import start_simweb
+
+    web = start_simweb(workdir)
+    try:
+        common = ["--root", str(root), "--resolve", web.resolve_rule, "--crawl-id", DOWN, "--delay", "0.05",
+                  "--max-pages", "40", "--partitions", "2", "--round-duration-s", "8", "--workers", "2",
+                  "--no-dashboard", "--rounds", "1"]
+        proc = subprocess.run([sys.executable, "-m", "crawl", "run", *common, "--seeds", *web.seed_urls(4)],
+                              cwd=str(REPO), capture_output=True, text=True, timeout=600, check=False)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    finally:
+        web.stop()
+    proc = subprocess.run([sys.executable, "-m", "crawl", "run", *common], cwd=str(REPO), capture_output=True,
+                          text=True, timeout=600, check=False)
+    assert proc.returncode == 0 and "round 2 is degraded" in proc.stderr, proc.stderr[-3000:]
 
 
 @pytest.fixture(scope="module")
@@ -212,3 +235,81 @@ def test_page_lookup_shows_the_history_and_downloads_the_stored_bodies(server, t
 def test_a_crawl_without_a_published_round(server, token: str) -> None:
     doc = _doc(server, token, f"/crawl/dashboard/crawls/{PENDING}")
     assert "no round has been published" in doc.body.text()
+
+
+def _manifest_health(root: Path, crawl_id: str, r: int) -> dict:
+    """The health gate's figures of round ``r`` as its manifest holds them, read by DuckDB."""
+    path = root / "state" / f"crawl={crawl_id}" / "rounds" / f"{r:05d}" / "manifest.json"
+    keys = ("degraded", "failing", "hosts", "host_share", "answered", "planned", "fetched_share", "max_host_share",
+            "min_fetched_share")
+    row = _duck(f"""
+        SELECT degraded, health.hosts_with_connection_failures, health.hosts, health.host_failure_share,
+               health.answered, health.planned, health.fetched_share, config.degraded_host_failure_share,
+               config.degraded_min_fetched_share
+        FROM read_json_auto('{path}', maximum_object_size = 67108864)""")[0]
+    return dict(zip(keys, row, strict=True))
+
+
+def _pct_of(text: str) -> float:
+    return float(text.strip().rstrip("%")) / 100
+
+
+def test_degraded_round_in_a_real_browser(server, root: Path, chromium, artifacts) -> None:  # noqa: F811
+    """Chromium, logged in through Airflow's login page: the crawls list flags the degraded crawl, its
+    page opens with a banner saying why (figures and thresholds equal to the manifest read by DuckDB),
+    its rounds table marks round 2; the healthy crawl shows no banner."""
+    from browser import login_through_form, new_page
+    from playwright.sync_api import expect
+
+    down = _manifest_health(root, DOWN, 2)
+    assert down["degraded"] is True and _manifest_health(root, DOWN, 1)["degraded"] is False
+    page = new_page(chromium)
+    try:
+        login_through_form(page, server)
+        page.goto(f"{server.url}/crawl/dashboard/")
+        expect(page.locator(f'table#crawls tr[data-crawl="{DOWN}"] [data-k="health"]')).to_have_text("degraded")
+        expect(page.locator(f'table#crawls tr[data-crawl="{CRAWL}"] [data-k="health"]')).to_have_text("healthy")
+        artifacts.shot(page, "crawls-list-health")
+
+        page.locator(f'table#crawls tr[data-crawl="{DOWN}"]').get_by_role("link", name=DOWN).click()
+        banner = page.locator("#degraded")
+        expect(banner).to_be_visible()
+        assert banner.get_attribute("data-round") == "2"
+        expect(banner).to_contain_text("Round 2 is degraded")
+        box = banner.bounding_box()
+        assert box and box["y"] < page.locator("#tiles").bounding_box()["y"]  # above the figures, seen first
+        hosts = banner.locator('[data-k="host_failure_share"]')
+        assert hosts.locator(".of").inner_text() == f"{down['failing']} of {down['hosts']}"
+        assert abs(_pct_of(hosts.locator(".v").inner_text()) - down["host_share"]) <= 0.006
+        assert abs(_pct_of(hosts.locator(".t").inner_text()) - down["max_host_share"]) <= 0.006
+        answered = banner.locator('[data-k="fetched_share"]')
+        assert answered.locator(".of").inner_text() == f"{down['answered']} of {down['planned']}"
+        assert abs(_pct_of(answered.locator(".v").inner_text()) - down["fetched_share"]) <= 0.006
+        assert abs(_pct_of(answered.locator(".t").inner_text()) - down["min_fetched_share"]) <= 0.006
+        # the threshold crossed is the one marked: the same comparison as the gate's, from the manifest
+        assert ("over" in (hosts.get_attribute("class") or "")) == (down["host_share"] > down["max_host_share"])
+        assert ("over" in (answered.get_attribute("class") or "")) == (down["fetched_share"] < down["min_fetched_share"])
+        for r in (1, 2):
+            m = _manifest_health(root, DOWN, r)
+            tr = page.locator(f'table#rounds tr[data-round="{r}"]')
+            assert tr.locator('[data-k="health"]').inner_text() == ("degraded" if m["degraded"] else "healthy")
+            assert abs(_pct_of(tr.locator('[data-k="host_failure_share"]').inner_text()) - m["host_share"]) <= 0.006
+            assert abs(_pct_of(tr.locator('[data-k="fetched_share"]').inner_text()) - m["fetched_share"]) <= 0.006
+        artifacts.shot(page, "degraded-crawl-overview")
+
+        page.goto(f"{server.url}/crawl/dashboard/crawls/{CRAWL}")
+        page.locator("#tiles").wait_for()
+        assert page.locator("#degraded").count() == 0
+        for r in range(1, ROUNDS + 1):
+            assert _manifest_health(root, CRAWL, r)["degraded"] is False
+            assert page.locator(f'table#rounds tr[data-round="{r}"] [data-k="health"]').inner_text() == "healthy"
+        artifacts.shot(page, "healthy-crawl-overview")
+
+        # the report file of the degraded round, served by the dashboard: the same banner
+        page.goto(f"{server.url}/crawl/dashboard/crawls/{DOWN}/reports/2")
+        expect(page.locator("#degraded")).to_contain_text("Round 2 is degraded")
+        assert page.locator('#degraded [data-k="host_failure_share"] .of').inner_text() == \
+            f"{down['failing']} of {down['hosts']}"
+        artifacts.shot(page, "degraded-report-file")
+    finally:
+        page.context.close()
