@@ -8,11 +8,14 @@ Single process, single core. Run: ``.venv/bin/python bench/parse_bench.py [--pag
 ``--simweb-hosts N`` (default 60, 0 = off) adds the whole parse step, ``crawl.parse.parse_partition``,
 over one real WARC file written from the simulated web's pages (``crawl.simweb``: ~20 pages per host,
 HTML with menus, relative and absolute links, ``<base>``, accents and typographic characters, plus a
-few PDFs and images). ``--baseline-rev REV`` also runs ``crawl/parse.py`` and ``crawl/fingerprint.py``
-as they were at git revision REV, interleaved with the current ones (``--reps`` pairs, best of each
-side reported), checks that both give identical page and link tables, and prints current/baseline::
+few PDFs and images; ``--html-only`` keeps the HTML pages). ``--baseline-rev REV`` also runs
+``crawl/parse.py``, ``crawl/fingerprint.py`` and the link resolution (``crawl/url/links.py``,
+``crawl/url/parse.py``) as they were at git revision REV, interleaved with the current ones (``--reps``
+runs per side, alternating which goes first), checks that both give identical page and link tables,
+and prints CPU ms per page of each side and ``RESULT parse_cpu_ms_per_page=… baseline=… ratio=…``::
 
-    .venv/bin/python bench/parse_bench.py --pages 100 --rounds 1 --baseline-rev cda1c9e --reps 3
+    .venv/bin/python bench/parse_bench.py --pages 100 --rounds 1 --simweb-hosts 150 --html-only \
+        --baseline-rev 4d69ba7 --reps 6
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import importlib.util
 import os
 import platform
 import random
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -124,6 +128,7 @@ def main() -> None:
     ap.add_argument("--simweb-hosts", type=int, default=60, help="hosts of the simulated-web WARC (0 = skip)")
     ap.add_argument("--baseline-rev", default="", help="also run crawl/parse.py of this git revision")
     ap.add_argument("--reps", type=int, default=3, help="interleaved runs per side of the simulated-web WARC")
+    ap.add_argument("--html-only", action="store_true", help="parse only the HTML pages of the simulated-web WARC")
     args = ap.parse_args()
     rng = random.Random(args.seed)
     pages = [make_page(rng) for _ in range(args.pages)]
@@ -158,7 +163,7 @@ def main() -> None:
         return
     print(f"parse_partition (WARC read + parse + SimHash + Arrow): {partition_rate(raw):8.0f} pages/s")
     if args.simweb_hosts > 0:
-        simweb_partition(args.simweb_hosts, args.baseline_rev, args.reps)
+        simweb_partition(args.simweb_hosts, args.baseline_rev, args.reps, args.html_only)
 
 
 def load_parse_at(rev: str):
@@ -172,10 +177,16 @@ def load_parse_at(rev: str):
 
     tmp = tempfile.mkdtemp(prefix="parse_rev_")
     mods = {}
+    parse_src = source("crawl/parse.py").replace("from crawl.fingerprint import", "from parse_baseline_fingerprint import")
+    link_import = "from crawl.url import WEB_SCHEMES, resolve_many"
+    if link_import in parse_src:  # that revision's link resolution too (crawl/url/links.py and parse.py)
+        parse_src = parse_src.replace(link_import, "from parse_baseline_links import WEB_SCHEMES, resolve_many")
     for name, text in (
         ("parse_baseline_fingerprint", source("crawl/fingerprint.py")),
-        ("parse_baseline",
-         source("crawl/parse.py").replace("from crawl.fingerprint import", "from parse_baseline_fingerprint import")),
+        ("parse_baseline_urlparse", source("crawl/url/parse.py")),
+        ("parse_baseline_links",
+         source("crawl/url/links.py").replace("from crawl.url.parse import", "from parse_baseline_urlparse import")),
+        ("parse_baseline", parse_src),
     ):
         file = os.path.join(tmp, name + ".py")
         with open(file, "w", encoding="utf-8") as fh:
@@ -224,32 +235,44 @@ def simweb_warc(root: str, hosts: int):
     return pa.Table.from_pylist(rows, schema=FETCH_SCHEMA)
 
 
-def simweb_partition(hosts: int, baseline_rev: str, reps: int) -> None:
+def simweb_partition(hosts: int, baseline_rev: str, reps: int, html_only: bool = False) -> None:
+    import pyarrow.compute as pc
+
     from crawl.parse import parse_partition
 
     with tempfile.TemporaryDirectory() as root:
         table = simweb_warc(root, hosts)
+        if html_only:  # the pages a crawl round mostly parses (PDFs cost ~15 ms each in pypdf)
+            table = table.filter(pc.starts_with(table.column("content_type"), "text/html"))
         n = table.num_rows
         sides = [("current", parse_partition)]
         if baseline_rev:
             sides.insert(0, ("baseline", load_parse_at(baseline_rev).parse_partition))
         best = {name: 0.0 for name, _ in sides}
+        cpu: dict[str, list[float]] = {name: [] for name, _ in sides}
         outputs = {}
-        for _ in range(max(1, reps)):
-            for name, fn in sides:
-                t = time.perf_counter()
+        for rep in range(max(1, reps)):
+            for name, fn in (sides if rep % 2 == 0 else sides[::-1]):  # alternate who runs first
+                t, c = time.perf_counter(), time.process_time()
                 outputs[name] = fn(root, table, 500)
+                cpu[name].append(1000 * (time.process_time() - c) / n)
                 best[name] = max(best[name], n / (time.perf_counter() - t))
         pages, links = outputs["current"]
         print(f"simulated web: {n} pages ({pages.num_rows} parsed, {links.num_rows} links), one WARC, "
-              f"best of {max(1, reps)}")
-        print(f"parse_partition simweb current : {best['current']:8.0f} pages/s")
+              f"best of {max(1, reps)}, load {os.getloadavg()[0]:.1f}")
+
+        def ms(name: str) -> str:
+            return f"CPU ms/page {', '.join(f'{x:.3f}' for x in cpu[name])} (median {statistics.median(cpu[name]):.3f})"
+
+        print(f"parse_partition simweb current : {best['current']:8.0f} pages/s   {ms('current')}")
         if baseline_rev:
             b_pages, b_links = outputs["baseline"]
             same = b_pages.equals(pages) and b_links.equals(links)
-            print(f"parse_partition simweb {baseline_rev:8s}: {best['baseline']:8.0f} pages/s   "
-                  f"(current = {best['current'] / best['baseline']:.2f}x baseline; "
-                  f"tables {'identical' if same else 'DIFFER'})")
+            print(f"parse_partition simweb {baseline_rev:8s}: {best['baseline']:8.0f} pages/s   {ms('baseline')}")
+            print(f"RESULT parse_cpu_ms_per_page={statistics.median(cpu['current']):.3f} "
+                  f"baseline={statistics.median(cpu['baseline']):.3f} "
+                  f"ratio={statistics.median(cpu['baseline']) / statistics.median(cpu['current']):.2f} "
+                  f"tables={'identical' if same else 'DIFFER'}")
 
 
 def partition_rate(raw: list[bytes]) -> float:
