@@ -770,7 +770,8 @@ def parse_bodies(fetch_table: pa.Table, bodies: Iterable[Body], max_outlinks: in
         link_page, to_url, kind = link_page[order.to_numpy()], to_url.take(order), kind.take(order)
         nofollow = nofollow[order.to_numpy()]
 
-    pages = _page_table(fetch_table.take(pa.array(np.asarray(rows, np.int64))), docs, raws, res.canonical,
+    page_rows = fetch_table.select(["url", "url_hash"]).take(pa.array(np.asarray(rows, np.int64)))
+    pages = _page_table(page_rows, docs, raws, res.canonical,
                         np.bincount(link_page, minlength=len(docs)).astype(np.int32))
     status = fetch_table.column("status")
     redirects = fetch_table.filter(pc.fill_null(pc.and_(
