@@ -12,7 +12,20 @@ PyPI), so the project's environment never gets Scrapy's dependencies. Scrapy rea
 through a downloader middleware that sends each request to the server's loopback address and port
 with the original Host header (and restores the URL on the response; the download slot stays the
 host, so per-host concurrency is per host as in ours), and an HTTP/1.1 handler whose connection pool
-keeps as many persistent connections as requests in flight. Whole-process wall times, then
+keeps as many persistent connections as requests in flight.
+
+Concurrency, like for like: one request in flight per host on both sides
+(``max_in_flight_per_host`` = ``CONCURRENT_REQUESTS_PER_DOMAIN`` = 1) and the same global cap
+(``CONCURRENT_REQUESTS`` = our ``max_concurrent_hosts``, 512 by default, above the 170 seed hosts, so
+neither global cap binds: Scrapy's default of 16, or the 64 this script used before, capped Scrapy
+below the hosts available). Scrapy gets its broad-crawl scheduler (``DownloaderAwarePriorityQueue``,
+the default since 2.7, named here so a version change cannot silently drop it).
+
+Pages are counted at the server, outside both crawlers: requests in each process's time window that
+are neither robots.txt nor sitemaps (any status: our revalidations answered 304 count, as Scrapy's
+non-2xx answers do). The same access log gives each side's timeline: seconds from process start to
+the first request, from the last answer to process exit, and the idle gaps (no request in progress
+for longer than half a second, e.g. between rounds). Whole-process wall times, then
 
     RESULT vs_scrapy=<ours pages/s / Scrapy pages/s> ours_pages_s=... scrapy_pages_s=... pages=...
 
@@ -35,6 +48,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from crawl.config import CrawlConfig  # noqa: E402
+from crawl.simweb.accesslog import read_log  # noqa: E402
 from crawl.simweb.launch import launch  # noqa: E402
 from crawl.simweb.model import SimParams, build  # noqa: E402
 
@@ -113,6 +128,7 @@ class Sim(scrapy.Spider):
 t0 = time.perf_counter()
 proc = CrawlerProcess(settings={
     "ROBOTSTXT_OBEY": True, "DOWNLOAD_DELAY": 0, "CONCURRENT_REQUESTS": CONC,
+    "SCHEDULER_PRIORITY_QUEUE": "scrapy.pqueues.DownloaderAwarePriorityQueue",
     "CONCURRENT_REQUESTS_PER_DOMAIN": PER_HOST, "LOG_LEVEL": LOG_LEVEL, "TELNETCONSOLE_ENABLED": False,
     "USER_AGENT": "scrapy-bench (+http://localhost/)", "COOKIES_ENABLED": False, "RETRY_ENABLED": False, "DOWNLOAD_TIMEOUT": 30,
     "DOWNLOADER_MIDDLEWARES": {"__main__.Loopback": 950},
@@ -144,6 +160,40 @@ def scope_regex(seeds: list[str]) -> str:
         kind, _, num = u.split("/")[2].removesuffix(".sim.test").rpartition("-")
         by_kind.setdefault(kind, []).append(num)
     return "^(" + "|".join(f"{k}-({'|'.join(v)})" for k, v in by_kind.items()) + r")\.sim\.test$"
+
+
+IDLE_GAP_S = 0.5  # no request in progress for longer than this: an idle gap in the timeline
+
+
+def timeline(log: Path, t0: float, t1: float) -> dict[str, float | int]:
+    """One process's requests as the server saw them (its window [t0, t1] of the access log): page
+    requests (robots.txt and sitemaps excluded), seconds to the first request and after the last
+    answer, idle gaps, mean requests in progress while busy."""
+    rows = [r for r in read_log(log).to_pylist() if t0 <= r["start"] <= t1]
+    if not rows:
+        return {"requests": 0, "pages": 0, "first_s": t1 - t0, "tail_s": 0.0, "gaps": 0, "gap_s": 0.0,
+                "in_flight": 0.0}
+    pages = sum(1 for r in rows if not r["path"].startswith("/robots.txt") and "sitemap" not in r["path"])
+    events = sorted([(r["start"], 1) for r in rows] + [(r["end"], -1) for r in rows])
+    running, idle_since, gaps = 0, None, []
+    for t, step in events:
+        running += step
+        if running == 0:
+            idle_since = t
+        elif step == 1 and running == 1 and idle_since is not None:
+            if t - idle_since > IDLE_GAP_S:
+                gaps.append(t - idle_since)
+            idle_since = None
+    first, last = events[0][0], events[-1][0]
+    return {"requests": len(rows), "pages": pages, "first_s": round(first - t0, 2), "tail_s": round(t1 - last, 2),
+            "gaps": len(gaps), "gap_s": round(sum(gaps), 2),
+            "in_flight": round(sum(r["end"] - r["start"] for r in rows) / max(last - first, 1e-9), 2)}
+
+
+def describe_timeline(name: str, wall: float, tl: dict[str, float | int]) -> str:
+    return (f"  {name}: wall {wall:.1f} s, first request at {tl['first_s']:.1f} s, {tl['gaps']} idle gap(s) "
+            f"{tl['gap_s']:.1f} s, after the last answer {tl['tail_s']:.1f} s; {tl['requests']} requests, "
+            f"{tl['pages']} pages, {tl['in_flight']:.2f} in progress on average")
 
 
 def run_ours(port: int, seeds: list[str], work: Path, rounds: int, max_pages: int, per_host: int) -> tuple[int, float]:
@@ -187,7 +237,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--max-pages", type=int, default=2000, help="crawl run's budget per round")
     ap.add_argument("--per-host", type=int, default=100, help="crawl run's max pages per host per round")
-    ap.add_argument("--concurrency", type=int, default=64, help="Scrapy CONCURRENT_REQUESTS")
+    ap.add_argument("--concurrency", type=int, default=CrawlConfig().max_concurrent_hosts,
+                    help="Scrapy CONCURRENT_REQUESTS (default: our max_concurrent_hosts, the same global cap)")
     ap.add_argument("--runs", type=int, default=1, help="back-to-back pairs")
     args = ap.parse_args()
     py = scrapy_python()
@@ -196,17 +247,27 @@ def main() -> None:
     for i in range(args.runs):
         work = Path(tempfile.mkdtemp(prefix="scrapy-bench-"))
         proc, port = launch(args.hosts, args.seed, work / "access.jsonl")
+        log = work / "access.jsonl"
         try:
-            pages, ours_s = run_ours(port, seeds, work, args.rounds, args.max_pages, args.per_host)
-            s_pages, scrapy_s = run_scrapy(py, port, seeds, work, pages, args.concurrency, 1)
+            t0 = time.time()
+            counted, ours_s = run_ours(port, seeds, work, args.rounds, args.max_pages, args.per_host)
+            t1 = time.time()
+            s_counted, scrapy_s = run_scrapy(py, port, seeds, work, counted, args.concurrency, 1)
+            t2 = time.time()
         finally:
             proc.terminate()
             proc.wait(10)
+        try:
+            ours_tl, theirs_tl = timeline(log, t0, t1), timeline(log, t1, t2)
+        finally:
             shutil.rmtree(work, ignore_errors=True)
+        pages, s_pages = ours_tl["pages"], theirs_tl["pages"]
         ours, theirs = pages / ours_s, s_pages / scrapy_s
-        print(f"run {i + 1}: {len(seeds)} seed hosts; crawl run {pages} pages in {ours_s:.1f} s = {ours:.1f} pages/s; "
-              f"Scrapy {SCRAPY_VERSION} {s_pages} pages in {scrapy_s:.1f} s = {theirs:.1f} pages/s; "
-              f"load {load:.1f}")
+        print(f"run {i + 1}: {len(seeds)} seed hosts; crawl run {pages} pages in {ours_s:.1f} s = {ours:.1f} pages/s "
+              f"(it counted {counted}); Scrapy {SCRAPY_VERSION} {s_pages} pages in {scrapy_s:.1f} s = "
+              f"{theirs:.1f} pages/s (it counted {s_counted}); load {load:.1f}")
+        print(describe_timeline("crawl run", ours_s, ours_tl))
+        print(describe_timeline("Scrapy", scrapy_s, theirs_tl))
         print(f"RESULT vs_scrapy={ours / theirs:.2f} ours_pages_s={ours:.1f} scrapy_pages_s={theirs:.1f} "
               f"pages={pages} load={load:.1f}")
         load = os.getloadavg()[0]

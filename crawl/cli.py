@@ -145,6 +145,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from crawl.warmup import skip_final_gc
+
+    skip_final_gc()  # the process's exit need not garbage-collect a heap it is about to return
     args = build_parser().parse_args(argv)
     try:
         cfg = build_config(args)

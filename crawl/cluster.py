@@ -97,6 +97,9 @@ def dask_client(cfg: CrawlConfig, announce: Callable[[str], None] | None = None)
         host="127.0.0.1",
         silence_logs=40,
         resources={"browser": 1},  # every embedded worker may run one render task (crawl.render)
+        # imports the task modules as each worker comes up and makes its exit skip the final GC
+        # (crawl.warmup: seconds before the first request and in the close, at a few thousand pages)
+        preload=["crawl.warmup"],
     )
     client = Client(cluster)
     _announce(client, cfg, announce)

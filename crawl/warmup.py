@@ -1,0 +1,51 @@
+"""Start and exit costs of the processes a ``crawl run`` owns: the CLI process and its embedded workers.
+
+Why this module: at the size of a few thousand pages a round, a whole ``crawl run`` spent seconds
+before its first request and after its last one that had nothing to do with crawling
+(``bench/RESULTS.md``, "Fixed costs of a whole run"):
+
+- an embedded worker imported the fetch and parse stacks (aiohttp, uvloop, selectolax, FastWARC,
+  DuckDB...) only when its first task arrived, after the driver had started the cluster, injected
+  and generated; :func:`dask_setup` (the embedded cluster's worker *preload*) starts those imports
+  in a background thread as the worker comes up, so they overlap the driver's own start;
+- a process exit ran the interpreter's final garbage collection over every object the process ever
+  built (1-2.5 s per worker, measured with ``py-spy dump --native``: ``gc_collect_main``), and the
+  cluster's close waits for its workers to exit. :func:`skip_final_gc` freezes the heap at exit,
+  so finalisation has nothing to traverse; the exit returns the memory anyway. Nothing of ours
+  relies on that collection: files and WARC writers are closed explicitly, results are stored
+  before a task returns.
+"""
+
+from __future__ import annotations
+
+import atexit
+import gc
+import importlib
+import threading
+from typing import Any
+
+#: What a fetch or parse task imports on a worker (crawl.tasks imports them lazily, per task).
+TASK_MODULES = ("crawl.tasks", "crawl.fetch", "crawl.parse", "crawl.media", "crawl.warc")
+
+_registered = False
+
+
+def skip_final_gc() -> None:
+    """At interpreter exit (after the other exit handlers), freeze every object so the final
+    garbage collection skips them. Idempotent."""
+    global _registered
+    if not _registered:
+        atexit.register(gc.freeze)  # registered first, runs last: after every other exit handler
+        _registered = True
+
+
+def import_task_modules() -> None:
+    """Import what a fetch or parse task needs (a task that arrives meanwhile waits on the import lock)."""
+    for name in TASK_MODULES:
+        importlib.import_module(name)
+
+
+def dask_setup(worker: Any = None) -> None:
+    """Dask's preload hook, for the embedded cluster's workers (:func:`crawl.cluster.dask_client`)."""
+    skip_final_gc()
+    threading.Thread(target=import_task_modules, name="crawl-warmup", daemon=True).start()

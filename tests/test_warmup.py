@@ -1,0 +1,54 @@
+"""The embedded cluster's workers come up with the task modules imported, and our processes' exits
+skip the final garbage collection (crawl.warmup)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+from crawl.config import load_config
+
+
+def test_embedded_workers_import_the_task_modules_before_any_task() -> None:
+    from crawl.cluster import dask_client
+    from crawl.warmup import TASK_MODULES
+
+    cfg = load_config(overrides={"dask_workers": 1, "dask_dashboard": False}, use_env=False)
+    with dask_client(cfg) as client:
+        # client.run, not a task: nothing but the worker's preload imports crawl.fetch or crawl.parse
+        def loaded() -> list[str]:
+            return [m for m in TASK_MODULES if m in sys.modules]
+
+        deadline = time.monotonic() + 120  # a bound against hanging, not a performance limit
+        seen: list[str] = []
+        while time.monotonic() < deadline:
+            seen = next(iter(client.run(loaded).values()))
+            if len(seen) == len(TASK_MODULES):
+                break
+            time.sleep(0.2)
+        assert seen == list(TASK_MODULES)
+        # the exit hook is in place on the worker: its atexit handlers, run by hand, freeze the heap
+        frozen = client.run(_run_exit_handlers_and_count_frozen)
+        assert all(n > 0 for n in frozen.values()), frozen
+
+
+def _run_exit_handlers_and_count_frozen() -> int:
+    import atexit
+    import gc
+
+    atexit._run_exitfuncs()
+    return gc.get_freeze_count()
+
+
+def test_the_cli_process_exit_freezes_the_heap() -> None:
+    code = ("import atexit, gc, sys\n"
+            "from crawl.cli import main\n"
+            "main(['stats', '--root', sys.argv[1]])\n"
+            "assert gc.get_freeze_count() == 0\n"
+            "atexit._run_exitfuncs()\n"
+            "print(gc.get_freeze_count())\n")
+    out = subprocess.run([sys.executable, "-c", code, "/nonexistent-root-for-stats"], capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert int(out.stdout.split()[-1]) > 0
