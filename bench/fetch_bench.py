@@ -13,11 +13,13 @@ Sitemaps are off in the throughput run, so both sides fetch the same URLs (robot
 
 ``--baseline-rev REV`` also runs ``crawl/fetch.py`` as it was at git revision REV, interleaved with
 the current one (``--reps`` pairs, each fetch run between two ceiling runs), so before/after ratios
-come from the same machine state.
+come from the same machine state. ``--checkpoints`` likewise adds a run that checkpoints its progress
+(:mod:`crawl.checkpoint`, every ``--checkpoint-every`` rows), as fetch tasks of a round do.
 
     .venv/bin/python bench/fetch_bench.py                 # 600 simulated hosts, >= 500 crawled
     .venv/bin/python bench/fetch_bench.py --hosts 200 --polite-hosts 50
     .venv/bin/python bench/fetch_bench.py --baseline-rev 4428359 --reps 2 --polite-hosts 0
+    .venv/bin/python bench/fetch_bench.py --checkpoints --checkpoint-every 100 --reps 2 --polite-hosts 0
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from crawl import url as U  # noqa: E402
+from crawl.checkpoint import PartitionCheckpoints, fetchlist_key  # noqa: E402
 from crawl.config import CrawlConfig  # noqa: E402
 from crawl.fetch import fetch_partition  # noqa: E402
 from crawl.net import GuardedResolver  # noqa: E402
@@ -52,6 +55,7 @@ from crawl.simweb import model as M  # noqa: E402
 from crawl.simweb.accesslog import read_log  # noqa: E402
 from crawl.simweb.launch import launch  # noqa: E402
 from crawl.simweb.truth import truth_table  # noqa: E402
+from crawl.store import Store  # noqa: E402
 
 RUN_CAP_S = 30.0
 
@@ -191,6 +195,8 @@ def main() -> int:
     ap.add_argument("--delay", type=float, default=1.0)
     ap.add_argument("--baseline-rev", default="", help="also run crawl/fetch.py of this git revision")
     ap.add_argument("--reps", type=int, default=1, help="throughput runs (pairs with --baseline-rev)")
+    ap.add_argument("--checkpoints", action="store_true", help="also run with fetch checkpoints, interleaved")
+    ap.add_argument("--checkpoint-every", type=int, default=500, help="rows per checkpoint (--checkpoints)")
     a = ap.parse_args()
 
     model = M.build(M.SimParams(seed=a.seed, hosts=a.hosts, pages_per_host=a.pages_per_host))
@@ -207,9 +213,18 @@ def main() -> int:
         cfg = CrawlConfig().replace(resolve=(rule,), politeness_delay_s=0.0, max_concurrent_hosts=512,
                                     sitemaps=False)
         baseline = load_fetch_at(a.baseline_rev).fetch_partition if a.baseline_rev else None
-        runs: dict[str, list[dict]] = {"current": [], "baseline": []}
+
+        def checkpointed(cfg: CrawlConfig, fl: pa.Table, **kw) -> object:
+            """A round's fetch task's way: segments cut and checkpointed every --checkpoint-every rows."""
+            ck = PartitionCheckpoints(Store(kw["root"], "bench"), 1, 0, fetchlist_key(fl) + kw["warc_prefix"])
+            ck.remove()
+            return fetch_partition(cfg.replace(fetch_checkpoint_every=a.checkpoint_every), fl,
+                                   checkpoint=ck.save, **kw)
+
+        runs: dict[str, list[dict]] = {"current": [], "baseline": [], "checkpointed": []}
         for rep in range(max(1, a.reps)):
-            for name, fn in (("baseline", baseline), ("current", fetch_partition)):
+            for name, fn in (("baseline", baseline), ("current", fetch_partition),
+                             ("checkpointed", checkpointed if a.checkpoints else None)):
                 if fn is None:
                     continue
                 r = throughput_run(fn, cfg, urls, rule, a.concurrency, work / "root", f"bench/{name}{rep}")
@@ -222,6 +237,9 @@ def main() -> int:
         if baseline is not None:
             result["fetch_delay0"]["baseline_rev"] = a.baseline_rev
             result["fetch_delay0"]["ratios_baseline"] = [r["ratio_to_ceiling"] for r in runs["baseline"]]
+        if a.checkpoints:
+            result["fetch_delay0"]["checkpoint_every"] = a.checkpoint_every
+            result["fetch_delay0"]["ratios_checkpointed"] = [r["ratio_to_ceiling"] for r in runs["checkpointed"]]
         print(json.dumps({"fetch_delay0": result["fetch_delay0"]}), flush=True)
 
         if a.polite_hosts <= 0:

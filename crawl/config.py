@@ -260,6 +260,10 @@ class CrawlConfig:
     max_concurrent_hosts: int = 512
     sitemaps: bool = True  # fetch Sitemap: files (or /sitemap.xml) of hosts whose robots.txt is fetched fresh
     max_sitemaps_per_host: int = 10  # sitemap files (index children included) fetched per host and round
+    # a fetch task's progress is checkpointed (crawl.checkpoint) every N rows or S seconds, whichever
+    # comes first, so a retry or rerun fetches only what is missing; both 0: no checkpoints
+    fetch_checkpoint_every: int = 500
+    fetch_checkpoint_s: float = 30.0
 
     # per-request limits
     connect_timeout_s: float = 5.0
@@ -345,7 +349,7 @@ _POSITIVE = {
 _NON_NEGATIVE = {
     "max_crawl_delay_s", "backoff_base_s", "backoff_cap_s", "robots_ttl_s",
     "max_redirects", "max_path_repeats", "simhash_max_distance", "dask_dashboard_port",
-    "render_max_requests", "render_min_words",
+    "render_max_requests", "render_min_words", "fetch_checkpoint_every", "fetch_checkpoint_s",
 }
 # Playwright's request resource types (render_resource_types may name these)
 RENDER_RESOURCE_TYPES = frozenset({"document", "stylesheet", "image", "media", "font", "script", "texttrack",

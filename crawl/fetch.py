@@ -57,7 +57,6 @@ import time
 import zlib
 from collections import Counter, deque
 from collections.abc import Callable, Mapping, MutableMapping
-from contextlib import ExitStack
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -68,6 +67,15 @@ import pyarrow.compute as pc
 
 from crawl import records as R
 from crawl import url as U
+from crawl.checkpoint import (
+    CKPT_FETCH_SCHEMA,
+    CKPT_SITEMAP_SCHEMA,
+    Resume,
+    Segment,
+    page_unit,
+    robots_unit,
+    sitemaps_unit,
+)
 from crawl.config import CrawlConfig
 from crawl.digests import KnownDigests
 from crawl.errors import FetchStopped
@@ -130,6 +138,8 @@ class _Job:
     hops: int = 0
     robots: bool = False
     sitemap: bool = False  # a sitemap file of the host (crawler-control request, not a page)
+    unit: str = ""  # the unit of work its rows belong to (crawl.checkpoint): input URL, robots, sitemaps
+    followup: bool = False  # queued by another job of its unit (redirect hop, re-try, sitemap file)
 
 
 @dataclass
@@ -193,6 +203,7 @@ class _Host:
     rng: random.Random = field(default_factory=random.Random)
     sitemaps_seen: set[str] = field(default_factory=set)  # sitemap URLs queued (capped per host)
     sitemap_entries: int = 0
+    resume_sitemaps: bool = False  # robots.txt came from this partition's checkpoint, its sitemaps did not
 
 
 @dataclass
@@ -250,7 +261,7 @@ def backoff_delay(cfg: CrawlConfig, n: int, rng: random.Random) -> float:
 
 def _row(job: _Job, host: str, fetch_time: datetime, status: str, **kw: Any) -> dict[str, Any]:
     row = {"url": job.url, "url_hash": job.url_hash, "host": host, "depth": job.depth,
-           "fetch_time": fetch_time, "status": status, "http_status": 0}
+           "fetch_time": fetch_time, "status": status, "http_status": 0, "unit": job.unit}
     row.update(kw)
     return row
 
@@ -297,7 +308,8 @@ class _Fetcher:
     """One task's state: the slot heap, the session, the WARC writers and the output rows."""
 
     def __init__(self, cfg: CrawlConfig, root: str, warc_prefix: str, now: datetime,
-                 known: Mapping[str, tuple[str, str]] | None, deadline_s: float) -> None:
+                 known: Mapping[str, tuple[str, str]] | None, deadline_s: float,
+                 checkpoint: Callable[[Segment], None] | None = None, first_segment: int = 0) -> None:
         self.cfg = cfg
         self.schemes = tuple(cfg.allowed_schemes)
         self.root = root
@@ -308,16 +320,27 @@ class _Fetcher:
         self.deadline_s = deadline_s
         self.rows: list[dict[str, Any]] = []
         self.robots_rows: list[dict[str, Any]] = []
-        self.sitemap_parts: list[pa.Table] = []
+        self.sitemap_parts: list[pa.Table] = []  # CKPT_SITEMAP_SCHEMA (entries + their unit)
         self.hosts: dict[str, _Host] = {}  # by origin
         self.slots: dict[str, _Slot] = {}  # by politeness key
         self.pkeys: dict[str, str] = {}  # host -> politeness key given by the frontier (fetch list)
         self.heap: list[tuple[float, int, str]] = []
         self.seq = 0
         self.stats: Counter[str] = Counter()
-        self.names = {s: f"{warc_prefix}-{n}.warc.gz" for s, n in (
-            (SUBSET_WARC, "warc"), (SUBSET_DIAG, "crawldiagnostics"), (SUBSET_ROBOTS, "robotstxt"))}
+        # segments (crawl.checkpoint): with a checkpoint callback the WARC files are cut every
+        # cfg.fetch_checkpoint_every rows / cfg.fetch_checkpoint_s seconds and numbered; without one
+        # a task writes one file per subset, as before
+        self.prefix = warc_prefix
+        self.on_segment = checkpoint
+        self.seg = self.attempt = first_segment
+        self.names = self._names(self.seg)
+        self.live: Counter[str] = Counter()  # units with a job in flight or a follow-up queued
+        self.cut_rows = self.cut_robots = self.cut_sitemaps = 0  # what the last cut took
+        self.cut_at = 0.0
+        # writer thread only: the current segment's open files and every file placed so far
         self.warcs: dict[str, WarcFile] = {}
+        self.wseg = first_segment
+        self.placed: list[str] = []
         self.writer = _WarcWriter()
         self.resolver = GuardedResolver(cfg.resolve, allow_private_networks=cfg.allow_private_networks)
         self.wake = asyncio.Event()
@@ -342,6 +365,91 @@ class _Fetcher:
                 loop.call_soon_threadsafe(self.wake.set)
                 return
 
+    # -- segments (crawl.checkpoint) ----------------------------------------------------------
+    def _names(self, seg: int) -> dict[str, str]:
+        """The WARC file of each subset in segment ``seg`` (no number without checkpoints)."""
+        tag = f"-{seg:04d}" if self.on_segment is not None else ""
+        return {s: f"{self.prefix}{tag}-{n}.warc.gz" for s, n in (
+            (SUBSET_WARC, "warc"), (SUBSET_DIAG, "crawldiagnostics"), (SUBSET_ROBOTS, "robotstxt"))}
+
+    def _file(self, subset: str) -> WarcFile:
+        """Writer thread: the current segment's file of ``subset``, opened on its first record."""
+        w = self.warcs.get(subset)
+        if w is None:
+            w = self.warcs[subset] = WarcFile.open(self.root, self._names(self.wseg)[subset],
+                                                   user_agent=self.cfg.user_agent)
+        return w
+
+    def close_files(self, every_subset: bool) -> list[str]:
+        """Writer thread (or after it stopped): place the current segment's files; returns them.
+        ``every_subset``: also the subsets without a record (one file per subset, as without
+        checkpoints)."""
+        if every_subset:
+            for subset in self._names(self.wseg):
+                self._file(subset)
+        placed = []
+        for w in self.warcs.values():
+            w.close()
+            placed.append(w.rel_path)
+        self.warcs = {}
+        self.placed.extend(placed)
+        return placed
+
+    def abort_files(self) -> None:
+        for w in self.warcs.values():
+            w.abort()
+        self.warcs = {}
+
+    def _unlive(self, unit: str) -> None:
+        n = self.live[unit] - 1
+        if n > 0:
+            self.live[unit] = n
+        else:
+            del self.live[unit]
+
+    def _maybe_cut(self) -> None:
+        """Cut a segment when enough rows or time have passed since the last cut."""
+        if self.on_segment is None or self.stopped:
+            return
+        n = len(self.rows) - self.cut_rows
+        every, secs = self.cfg.fetch_checkpoint_every, self.cfg.fetch_checkpoint_s
+        if (every and n >= every) or (secs and n and self.mono() - self.cut_at >= secs):
+            self.cut()
+
+    def cut(self) -> None:
+        """End the current segment: queue, behind every record already queued, the closing of its
+        WARC files and the writing of its checkpoint (the writer thread does both, off the loop).
+        The rows are copied now (they are complete: a row is appended with its record submitted)."""
+        rows = [dict(r) for r in self.rows[self.cut_rows:]]
+        robots = self.robots_rows[self.cut_robots:]
+        sitemaps = self.sitemap_parts[self.cut_sitemaps:]
+        self.cut_rows, self.cut_robots, self.cut_sitemaps = len(self.rows), len(self.robots_rows), \
+            len(self.sitemap_parts)
+        open_units = list(self.live)
+        seg = self.seg
+        self.seg += 1
+        self.names = self._names(self.seg)
+        self.cut_at = self.mono()
+        self.stats["segments"] += 1
+
+        def close() -> None:
+            files = self.close_files(every_subset=False)
+            self.wseg = seg + 1
+            refs = self.writer.refs
+            for r in rows:
+                _resolve(r, refs)
+            segment = Segment(
+                number=seg, attempt=self.attempt,
+                fetches=pa.Table.from_pylist(rows, schema=CKPT_FETCH_SCHEMA) if rows
+                else CKPT_FETCH_SCHEMA.empty_table(),
+                robots=pa.Table.from_pylist(robots, schema=ROBOTS_CACHE_SCHEMA) if robots
+                else ROBOTS_CACHE_SCHEMA.empty_table(),
+                sitemaps=pa.concat_tables(sitemaps) if sitemaps else CKPT_SITEMAP_SCHEMA.empty_table(),
+                open_units=open_units, warc_files=files)
+            self.on_segment(segment)  # type: ignore[misc]
+
+        self.writer.submit(close, 0)
+
     # -- clock -------------------------------------------------------------------------------
     def mono(self) -> float:
         return time.monotonic() - self.t0
@@ -351,19 +459,32 @@ class _Fetcher:
         return self.now0 + timedelta(seconds=self.mono())
 
     # -- setup --------------------------------------------------------------------------------
-    def load(self, fetchlist: pa.Table, robots_cache: pa.Table | None) -> None:
+    def load(self, fetchlist: pa.Table, robots_cache: pa.Table | None, resume: Resume | None = None) -> None:
         """Group the fetch list by origin (robots.txt scope) and remember each host's politeness key.
 
         The origin comes from the URL model; the common case (``scheme://host/...`` with the host
         column's spelling, which canonical URLs have) is recognised by a prefix test instead of a
         parse per URL. A URL the model refuses gets an ``invalid_url`` row and is not fetched.
+
+        ``resume`` (earlier attempts' checkpoints, :mod:`crawl.checkpoint`): its done URLs are left
+        out, its robots.txt answers are this task's own (so not asked again; their hosts' sitemaps
+        are fetched unless that was done too) and its stored payload digests count as known.
         """
         names = ["url", "url_hash", "host", "depth", "etag", "last_modified"]
         pk = fetchlist.column("pkey").to_pylist() if "pkey" in fetchlist.column_names else None
         cols = [c.to_pylist() for c in fetchlist.select(names).columns]
         cached = _fresh_robots(robots_cache, self.now0, self.cfg.robots_ttl_s)
+        done: frozenset[str] = frozenset()
+        mine: dict[str, tuple[int, bytes]] = {}
+        if resume is not None:
+            done = resume.done
+            mine = _fresh_robots(resume.robots_rows, self.now0, self.cfg.robots_ttl_s)
+            self._known_from(resume.fetches)
         for i, (url, uh, host, depth, etag, lm) in enumerate(zip(*cols, strict=True)):
-            job = _Job(url, uh, depth if depth is not None else 0, etag, lm)
+            if url in done:
+                self.stats["resumed_urls"] += 1
+                continue
+            job = _Job(url, uh, depth if depth is not None else 0, etag, lm, unit=page_unit(url))
             where = _origin(url, host, self.schemes)
             if where is None:
                 self.rows.append(_row(job, host, self.now0, R.FILTERED, error="invalid_url",
@@ -373,23 +494,47 @@ class _Fetcher:
             # the frontier's key, as long as its host column agrees with the URL model
             if pk is not None and pk[i] and model_host == host and host not in self.pkeys:
                 self.pkeys[host] = pk[i]
-            host = model_host
             h = self.hosts.get(origin)
             if h is None:
-                h = _Host(host=host, origin=origin, slot=_NO_SLOT, delay=self.cfg.politeness_delay_s,
-                          rng=random.Random(zlib.crc32(origin.encode())))
-                if origin.startswith(FTP_PREFIX):  # no robots.txt in FTP: allowed unless config denies
-                    h.policy = policy_from_response(404, b"", self.cfg.robots_max_bytes, self.cfg.robots_agent)
-                elif origin in cached:
-                    st, body = cached[origin]
-                    h.policy = policy_from_response(st, body, self.cfg.robots_max_bytes,
-                                                    self.cfg.robots_agent)
-                    self.stats["robots_cached"] += 1
-                self.hosts[origin] = h
+                h = self._new_host(origin, model_host, cached, mine, done)
             h.queue.append(job)
+        if self.cfg.sitemaps and resume is not None:  # hosts done but for their sitemaps
+            hosts = dict(zip(resume.robots_rows.column("origin").to_pylist(),
+                             resume.robots_rows.column("host").to_pylist(), strict=True))
+            for origin in mine:
+                if origin not in self.hosts and sitemaps_unit(origin) not in done and origin in hosts:
+                    self._new_host(origin, hosts[origin], cached, mine, done)
         self.stats["input_urls"] = fetchlist.num_rows
         self.stats["hosts"] = len({h.host for h in self.hosts.values()})
         self.stats["origins"] = len(self.hosts)
+
+    def _new_host(self, origin: str, host: str, cached: Mapping[str, tuple[int, bytes]],
+                  mine: Mapping[str, tuple[int, bytes]], done: frozenset[str]) -> _Host:
+        h = _Host(host=host, origin=origin, slot=_NO_SLOT, delay=self.cfg.politeness_delay_s,
+                  rng=random.Random(zlib.crc32(origin.encode())))
+        cfg = self.cfg
+        if origin.startswith(FTP_PREFIX):  # no robots.txt in FTP: allowed unless config denies
+            h.policy = policy_from_response(404, b"", cfg.robots_max_bytes, cfg.robots_agent)
+        elif origin in mine:  # asked by an earlier attempt of this task: its sitemaps may be missing
+            st, body = mine[origin]
+            h.policy = policy_from_response(st, body, cfg.robots_max_bytes, cfg.robots_agent)
+            h.resume_sitemaps = cfg.sitemaps and sitemaps_unit(origin) not in done
+            self.stats["robots_resumed"] += 1
+        elif origin in cached:
+            st, body = cached[origin]
+            h.policy = policy_from_response(st, body, cfg.robots_max_bytes, cfg.robots_agent)
+            self.stats["robots_cached"] += 1
+        self.hosts[origin] = h
+        return h
+
+    def _known_from(self, fetches: pa.Table) -> None:
+        """Payload digests an earlier attempt stored (``response`` and ``resource`` records) are known."""
+        stored = fetches.filter(pc.fill_null(pc.is_in(fetches.column("warc_type"),
+                                                      pa.array(["response", "resource"])), False))
+        for digest, url, t in zip(stored.column("payload_digest").to_pylist(), stored.column("url").to_pylist(),
+                                  stored.column("fetch_time").to_pylist(), strict=True):
+            if digest:
+                self.known[digest] = (url, t.isoformat())
 
     def key_of_host(self, host: str) -> str:
         """The politeness key of ``host``: the frontier's (fetch list ``pkey``, so a task's queues are
@@ -439,6 +584,8 @@ class _Fetcher:
         t = self.wall()
         while h.queue:
             job = h.queue.popleft()
+            if job.followup:
+                self._unlive(job.unit)
             subset = SUBSET_ROBOTS if job.robots else SUBSET_SITEMAP if job.sitemap else SUBSET_DIAG
             self.rows.append(_row(job, h.host, t, status, error=error, subset=subset,
                                   retry_after_s=retry_after))
@@ -467,6 +614,8 @@ class _Fetcher:
             if job.robots or p.allowed(job.url):
                 keep.append(job)
             else:
+                if job.followup:
+                    self._unlive(job.unit)
                 self.rows.append(_row(job, h.host, t, R.ROBOTS_DENIED, error="robots",
                                       subset=SUBSET_SITEMAP if job.sitemap else SUBSET_DIAG))
         h.queue = keep
@@ -514,20 +663,25 @@ class _Fetcher:
         loop = asyncio.get_running_loop()
         while True:
             now = self.mono()
-            if now >= self.deadline_s or self.stopped:
-                break
+            if now >= self.deadline_s or self.stopped or self.writer.error is not None:
+                break  # a failed WARC write (disk full...) fails the task: no request is worth more
             while self.active < cfg.max_concurrent_hosts and pending:
                 s = pending.popleft()
                 self.active += 1
                 for h in s.hosts:
                     if h.policy is None:
-                        h.queue.appendleft(_Job(h.origin + "/robots.txt", 0, 0, robots=True))
+                        h.queue.appendleft(_Job(h.origin + "/robots.txt", 0, 0, robots=True,
+                                                unit=robots_unit(h.origin)))
                     else:
                         self.apply_policy(h)
+                        if h.resume_sitemaps and not h.closed:  # as _robots does after a fresh robots.txt
+                            self._queue_sitemaps(h, h.policy.sitemaps or [h.origin + "/sitemap.xml"])
                 self.push(s)
                 self.retire(s)
             if not heap and not self.tasks and not pending:
                 break
+            if self.on_segment is not None:
+                self._maybe_cut()
             if heap and heap[0][0] <= now:
                 _, _, key = heapq.heappop(heap)
                 s = slots[key]
@@ -541,6 +695,8 @@ class _Fetcher:
                 if h is None:
                     continue  # hosts blocked by robots.txt in flight: re-pushed when it ends
                 job = h.queue.popleft()
+                if not job.followup:  # a follow-up was counted when it was queued
+                    self.live[job.unit] += 1
                 if s.idle_since is not None and s.in_flight == 0:
                     self.stats["politeness_wait_s"] += now - s.idle_since
                     s.idle_since = None
@@ -708,6 +864,9 @@ class _Fetcher:
                 h.blocked = False
             self.push(s)
             self.retire(s)
+            self._unlive(job.unit)
+            if self.on_segment is not None:
+                self._maybe_cut()
 
     async def _gap(self, h: _Host) -> None:
         """Wait for the slot's next start, then take it (a redirect hop is a request to the host too)."""
@@ -766,7 +925,7 @@ class _Fetcher:
                     # cache row names the key, so the frontier puts this host in that key's queue
                     # from the next round on, where the redirect is followed at that host's pace.
                     self.stats["robots_redirect_other_partition"] += 1
-                    self.rows.append(_row(_Job(url, U.url_hash(url), 0), h.host, self.wall(), R.DEFERRED,
+                    self.rows.append(_row(_Job(url, U.url_hash(url), 0, unit=job.unit), h.host, self.wall(), R.DEFERRED,
                                           error="robots_other_partition", subset=SUBSET_ROBOTS))
                     self.robots_rows.append({"origin": h.origin, "host": h.host, "fetched_at": self.wall(),
                                              "status": None, "body": None, "robots_key": robots_key})
@@ -776,12 +935,12 @@ class _Fetcher:
                     other = target
                     self.stats["robots_redirect_other_key"] += 1
                 else:
-                    self.rows.append(_row(_Job(url, U.url_hash(url), 0), h.host, self.wall(), R.RETRY,
+                    self.rows.append(_row(_Job(url, U.url_hash(url), 0, unit=job.unit), h.host, self.wall(), R.RETRY,
                                           error="robots_redirect_busy", subset=SUBSET_ROBOTS))
                     status, body = None, None
                     break
             t = self.wall()
-            rjob = _Job(url, U.url_hash(url), 0)
+            rjob = _Job(url, U.url_hash(url), 0, unit=job.unit)
             self.stats["robots_requests"] += 1
             try:
                 r = await self._request(h, url, {}, cfg.robots_max_bytes, slot=other)
@@ -847,7 +1006,7 @@ class _Fetcher:
                 self.stats["sitemaps_over_cap"] += 1
                 continue
             h.sitemaps_seen.add(url)
-            job = _Job(url, U.url_hash(url), 0, sitemap=True)
+            job = _Job(url, U.url_hash(url), 0, sitemap=True, unit=sitemaps_unit(h.origin), followup=True)
             if p is not None and not p.allowed(url):
                 self.rows.append(_row(job, h.host, self.wall(), R.ROBOTS_DENIED, error="robots",
                                       subset=SUBSET_SITEMAP))
@@ -861,6 +1020,7 @@ class _Fetcher:
                 at += 1
         for i, job in enumerate(jobs):
             h.queue.insert(at + i, job)
+            self.live[job.unit] += 1
         self.push(h.slot)
 
     async def _sitemap(self, h: _Host, job: _Job) -> None:
@@ -930,7 +1090,8 @@ class _Fetcher:
             "lastmod": pa.array([e[1] for e in entries], R.TS),
             "changefreq": pa.array([e[2] for e in entries], pa.string()),
             "fetch_time": pa.array([t] * n, R.TS),
-        }, schema=R.SITEMAP_SCHEMA).filter(own)
+            "unit": pa.array([job.unit] * n, pa.string()),
+        }, schema=CKPT_SITEMAP_SCHEMA).filter(own)
         self.stats["sitemap_entries_foreign"] += n - tbl.num_rows
         h.sitemap_entries += tbl.num_rows
         self.stats["sitemap_entries"] += tbl.num_rows
@@ -998,7 +1159,7 @@ class _Fetcher:
         if where is None or where[0] != h.origin:  # another origin has its own robots.txt to ask first
             self.stats["redirect_cross_host"] += 1
             return  # a new URL for the CrawlDb (update turns redirect rows into links)
-        hop = _Job(canon, U.url_hash(canon), job.depth, hops=job.hops + 1)
+        hop = _Job(canon, U.url_hash(canon), job.depth, hops=job.hops + 1, unit=job.unit, followup=True)
         if hop.hops > self.cfg.max_redirects:
             self.rows.append(_row(hop, h.host, t, R.FILTERED, error="max_redirects", subset=SUBSET_DIAG))
             return
@@ -1011,6 +1172,7 @@ class _Fetcher:
             return
         if not h.closed:
             h.queue.appendleft(hop)  # next request of this host, after the delay
+            self.live[hop.unit] += 1
         else:
             self.rows.append(_row(hop, h.host, t, R.DEFERRED, error="host_closed", subset=SUBSET_DIAG))
 
@@ -1039,7 +1201,8 @@ class _Fetcher:
             if h.slot.next_at < self.deadline_s and h.errors < self.cfg.max_host_errors:
                 self.rows.append(_row(job, h.host, t, R.RETRY, error=error, retry_after_s=wait, **base))
                 h.queue.appendleft(_Job(job.url, job.url_hash, job.depth, job.etag, job.last_modified,
-                                        job.hops))
+                                        job.hops, unit=job.unit, followup=True))
+                self.live[job.unit] += 1
                 return
             self.rows.append(_row(job, h.host, t, R.RETRY, error=error, retry_after_s=wait, **base))
             self.settle_host(h, R.DEFERRED, "host_backoff", retry_after=wait)
@@ -1058,12 +1221,12 @@ class _Fetcher:
         made there too, off the event loop; digests, revisit columns and byte offsets are filled
         into the rows at the end (:meth:`finish_rows`).
         """
-        w = self.warcs[subset]
         known = self.known
         if url.startswith(FTP_PREFIX):
-            return self._store_resource(w, subset, url, t, r) if dedup else {}
+            return self._store_resource(subset, url, t, r) if dedup else {}
 
         def write() -> tuple[RecordRef, str | None, tuple[str, str] | None]:
+            w = self._file(subset)  # the segment's file, looked up in the writer's order
             prior = digest = None
             if dedup:
                 digest = payload_digest(r.body)
@@ -1080,7 +1243,7 @@ class _Fetcher:
 
         return {"warc_filename": self.names[subset], "_ref": self.writer.submit(write, len(r.body) + 1024)}
 
-    def _store_resource(self, w: WarcFile, subset: str, url: str, t: datetime, r: _Response) -> dict[str, Any]:
+    def _store_resource(self, subset: str, url: str, t: datetime, r: _Response) -> dict[str, Any]:
         """An FTP capture: one ``resource`` record (no HTTP exchange, so no request record), or a
         ``revisit`` without HTTP headers when the payload digest is known, as for HTTP. FTP
         failures (404, 503...) store nothing; their row says what happened."""
@@ -1088,6 +1251,7 @@ class _Fetcher:
         known = self.known
 
         def write() -> tuple[RecordRef, str | None, tuple[str, str] | None]:
+            w = self._file(subset)
             digest = payload_digest(r.body)
             prior = known.get(digest)
             if prior is not None:
@@ -1115,19 +1279,25 @@ class _Fetcher:
             raise self.writer.error
         refs = self.writer.refs
         for row in self.rows:
-            i = row.pop("_ref", None)
-            if i is None:
-                continue
-            ref, digest, prior = refs[i]
-            row["warc_record_offset"] = ref.offset
-            row["warc_record_length"] = ref.length
-            row["payload_digest"] = digest
-            kind = row.pop("_wtype", "response")
-            if prior is None:
-                row["warc_type"] = kind
-            else:
-                row.update(warc_type="revisit", revisit_of_url=prior[0], revisit_of_date=prior[1])
+            if _resolve(row, refs):
                 self.stats["revisits"] += 1
+
+
+def _resolve(row: dict[str, Any], refs: list[Any]) -> bool:
+    """Fill a row's digest, revisit columns and WARC offsets from its written record; True for a revisit."""
+    i = row.pop("_ref", None)
+    if i is None:
+        return False
+    ref, digest, prior = refs[i]
+    row["warc_record_offset"] = ref.offset
+    row["warc_record_length"] = ref.length
+    row["payload_digest"] = digest
+    kind = row.pop("_wtype", "response")
+    if prior is None:
+        row["warc_type"] = kind
+        return False
+    row.update(warc_type="revisit", revisit_of_url=prior[0], revisit_of_date=prior[1])
+    return True
 
 
 class _WarcWriter:
@@ -1217,8 +1387,10 @@ def fetch_partition(
     robots_cache: pa.Table | None = None,
     deadline_s: float | None = None,
     should_continue: Callable[[], bool] | None = None,
+    checkpoint: Callable[[Segment], None] | None = None,
+    resume: Resume | None = None,
 ) -> FetchOutput:
-    """Fetch one fetch-list partition politely; write three WARC files under ``root``; return rows.
+    """Fetch one fetch-list partition politely; write its WARC files under ``root``; return rows.
 
     Sitemaps (``cfg.sitemaps``): a host whose robots.txt is fetched here (not taken from
     ``robots_cache``) and allows crawling gets its ``Sitemap:`` files, or ``/sitemap.xml`` when it names
@@ -1228,38 +1400,61 @@ def fetch_partition(
     Common Crawl keeps robots.txt apart from pages); their entries come back as ``sitemap_rows``.
 
     Sync on purpose (Dask calls it): it runs its own event loop with one ``ClientSession``. The WARC
-    paths depend only on ``warc_prefix``, and files are published atomically at the end, so a rerun
-    overwrites the earlier attempt. ``known_digests`` (digest -> (url, ISO date)) turns an already
-    stored body into a revisit record; digests stored here are added for the rest of the task.
+    paths depend only on ``warc_prefix``, and files are placed atomically, so a rerun overwrites the
+    earlier attempt. ``known_digests`` (digest -> (url, ISO date)) turns an already stored body into a
+    revisit record; digests stored here are added for the rest of the task.
+
+    Without ``checkpoint`` there is one WARC file per subset (``<prefix>-warc.warc.gz``,
+    ``-crawldiagnostics``, ``-robotstxt``), placed at the end. With it, the output is cut into
+    segments (:mod:`crawl.checkpoint`) every ``cfg.fetch_checkpoint_every`` rows or
+    ``cfg.fetch_checkpoint_s`` seconds: the segment's files (``<prefix>-SSSS-<subset>.warc.gz``, only
+    subsets with records) are placed, then ``checkpoint`` gets its rows, on the WARC writer thread.
+    ``resume`` (what earlier attempts' checkpoints left) is applied first: its URLs are not fetched
+    again, its rows lead the returned ones and segment numbers continue after its last.
 
     ``should_continue`` is asked about once a second (:data:`crawl.lease.CHECK_INTERVAL_S`) from a
     side thread; once it answers False no further request starts, in-flight ones are cancelled and
-    :class:`~crawl.errors.FetchStopped` is raised (the WARC files are aborted, nothing is returned).
+    :class:`~crawl.errors.FetchStopped` is raised (the current segment's files are aborted, nothing is
+    returned; segments already cut stay, with their checkpoints).
     """
     f = _Fetcher(cfg, root, warc_prefix, now, known_digests,
-                 cfg.round_duration_s if deadline_s is None else deadline_s)
+                 cfg.round_duration_s if deadline_s is None else deadline_s,
+                 checkpoint, resume.next_segment if resume is not None else 0)
     f.should_continue = should_continue
-    f.load(fetchlist, robots_cache)
+    f.load(fetchlist, robots_cache, resume)
     started = time.monotonic()
-    with ExitStack() as stack:
-        for subset, name in f.names.items():
-            f.warcs[subset] = stack.enter_context(WarcFile.open(root, name, user_agent=cfg.user_agent))
-        # exits first (LIFO): every queued record is written before the WARC files are closed
-        stack.enter_context(f.writer)
-        with asyncio.Runner(loop_factory=event_loop_factory()) as runner:
-            runner.run(f.run())
-        if f.stopped:
-            raise FetchStopped(f"fetch of {warc_prefix} stopped after {f.stats.get('requests', 0)} requests: "
-                               "the round is no longer this task's (lease or scheduler gone)")
-        f.stats["fetch_loop_s"] = time.monotonic() - started
+    try:
+        f._file(SUBSET_WARC)  # opened before any request: an unwritable root fails here, not after
+        if checkpoint is not None:  # a segment holds only the subsets it has records of
+            f.abort_files()
+
+        with f.writer:  # exits first: every queued record (and segment cut) is written
+            with asyncio.Runner(loop_factory=event_loop_factory()) as runner:
+                runner.run(f.run())
+            if f.stopped:
+                raise FetchStopped(f"fetch of {warc_prefix} stopped after {f.stats.get('requests', 0)} requests: "
+                                   "the round is no longer this task's (lease or scheduler gone)")
+            f.stats["fetch_loop_s"] = time.monotonic() - started
+            if checkpoint is not None and len(f.rows) > f.cut_rows:
+                f.cut()  # the last segment: placed and checkpointed like the others
+        if f.writer.error is not None:  # a failed write: the open files are aborted, not placed
+            raise f.writer.error
+        f.close_files(every_subset=checkpoint is None)
+        f.finish_rows()
+    except BaseException:
         f.writer.close()
-        f.finish_rows()  # re-raises a failed write here, so the WARC files are aborted, not published
+        f.abort_files()
+        raise
     elapsed = time.monotonic() - started
     fetches = pa.Table.from_pylist(f.rows, schema=R.FETCH_SCHEMA) if f.rows else R.empty(R.FETCH_SCHEMA)
-    sitemap_rows = (pa.concat_tables(f.sitemap_parts) if f.sitemap_parts
-                    else R.SITEMAP_SCHEMA.empty_table())
+    parts = [t.select(R.SITEMAP_SCHEMA.names) for t in f.sitemap_parts]
     robots_rows = (pa.Table.from_pylist(f.robots_rows, schema=ROBOTS_CACHE_SCHEMA) if f.robots_rows
                    else ROBOTS_CACHE_SCHEMA.empty_table())
+    if resume is not None:  # earlier attempts' rows first, as if this attempt had made them
+        fetches = pa.concat_tables([resume.fetches.cast(R.FETCH_SCHEMA), fetches])
+        robots_rows = pa.concat_tables([resume.robots_rows.cast(ROBOTS_CACHE_SCHEMA), robots_rows])
+        parts.insert(0, resume.sitemap_rows.select(R.SITEMAP_SCHEMA.names).cast(R.SITEMAP_SCHEMA))
+    sitemap_rows = pa.concat_tables(parts) if parts else R.SITEMAP_SCHEMA.empty_table()
     stats: dict[str, Any] = dict(f.stats)
     subset = fetches["subset"]
     is_robots = pc.equal(subset, SUBSET_ROBOTS)
@@ -1273,7 +1468,7 @@ def fetch_partition(
     stats["warc_drain_s"] = elapsed - stats["fetch_loop_s"]  # writer thread still busy after the loop
     stats["pages_per_s"] = stats.get("requests", 0) / elapsed if elapsed > 0 else 0.0
     stats["dns_lookups"] = f.resolver.lookups
-    stats["warc_files"] = dict(f.names)
+    stats["warc_files"] = (resume.warc_files if resume is not None else []) + f.placed
     return FetchOutput(fetches=fetches, robots_rows=robots_rows, stats=stats, sitemap_rows=sitemap_rows)
 
 

@@ -11,7 +11,7 @@ Layout under the root (a local folder or any fsspec URL such as ``s3://bucket/pr
     text/crawl=ID/round=NNNNN/part=KKK.parquet                extracted text (WET-like)
     links/crawl=ID/round=NNNNN/part=KKK.parquet               link graph (from/to URL hashes)
     images/crawl=ID/round=NNNNN/part=KKK.parquet              parsed images (format, size, EXIF)
-    warc/crawl=ID/round=NNNNN/ID-NNNNN-KKK-SUB.warc.gz        WARC files
+    warc/crawl=ID/round=NNNNN/ID-NNNNN-KKK-SSSS-SUB.warc.gz   WARC files (SSSS: fetch segment, crawl.checkpoint)
     state/crawl=ID/CURRENT.json                               {"round": N} -- the only commit
     state/crawl=ID/crawldb/v=NNNNN/shard=SS.parquet           CrawlDb version N
     state/crawl=ID/seen/v=NNNNN/shard=SS.{parquet,bloom}      seen-set and Bloom filter
@@ -19,6 +19,7 @@ Layout under the root (a local folder or any fsspec URL such as ``s3://bucket/pr
     state/crawl=ID/robots/v=NNNNN.parquet                     robots.txt cache (TTL)
     state/crawl=ID/rounds/NNNNN/...                           per-round working files + manifest.json
     state/crawl=ID/rounds/NNNNN/staged/<any path above>       a round's outputs until it is published
+    state/crawl=ID/rounds/NNNNN/checkpoints/part=KKK/...      a fetch task's progress until its partition is done
 
 Published means visible, unpublished means invisible -- to any reader, not only ``crawl query``. A
 round writes its index, text, links, images and WARC files under its ``staged/`` folder, at the same

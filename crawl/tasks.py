@@ -112,9 +112,14 @@ def fetch_task(cfg: CrawlConfig, round_no: int, part: int, now: datetime, token:
     """Fetch one partition: WARC files + fetch records + robots rows + sitemap entries, then the done
     marker (written last, so a partition with a marker has all its files).
 
+    Progress is checkpointed as it goes (:mod:`crawl.checkpoint`, unless both
+    ``fetch_checkpoint_every`` and ``fetch_checkpoint_s`` are 0): a retry or rerun of a task that died
+    keeps the rows and WARC segments of the work it finished and fetches only the rest.
+
     ``token`` is the round's lease fencing token: the task stops between requests (raising
-    :class:`~crawl.errors.FetchStopped`, nothing written) once it is no longer current.
+    :class:`~crawl.errors.FetchStopped`; checkpoints already written stay) once it is no longer current.
     """
+    from crawl.checkpoint import PartitionCheckpoints, fetchlist_key
     from crawl.fetch import fetch_partition
 
     store = Store(cfg.root, cfg.crawl_id)
@@ -126,22 +131,29 @@ def fetch_task(cfg: CrawlConfig, round_no: int, part: int, now: datetime, token:
                            "is no longer current or the worker lost its scheduler")
     wait_after_dead_attempt(cfg, store, round_no, part, token)
     fetchlist = store.read_table(store.part_file(round_no, "fetchlist", part), FETCHLIST_SCHEMA)
+    warc_prefix = store.staged(round_no, store.warc_prefix(round_no, part))  # moved there by publish
+    checkpoints = resume = None
+    if cfg.fetch_checkpoint_every or cfg.fetch_checkpoint_s:
+        checkpoints = PartitionCheckpoints(store, round_no, part, fetchlist_key(fetchlist))
+        resume = checkpoints.load(warc_prefix)
     out = fetch_partition(
         cfg,
         fetchlist,
         root=cfg.root,
-        warc_prefix=store.staged(round_no, store.warc_prefix(round_no, part)),  # moved there by publish
+        warc_prefix=warc_prefix,
         now=now,
         known_digests=load_known_digests(store, round_no - 1, fetchlist.column("prev_digest")),
         robots_cache=load_robots_cache(store, round_no - 1),
         should_continue=go_on,
+        checkpoint=checkpoints.save if checkpoints is not None else None,
+        resume=resume,
     )
     # the rows name each WARC file by the path it will have once the round is published
     staging = store.staged(round_no, "")
     fetches = out.fetches.set_column(
         out.fetches.schema.get_field_index("warc_filename"), "warc_filename",
         pc.replace_substring(out.fetches.column("warc_filename"), staging, "", max_replacements=1))
-    out.stats["warc_files"] = {k: store.unstaged(round_no, v) for k, v in out.stats.get("warc_files", {}).items()}
+    out.stats["warc_files"] = [store.unstaged(round_no, v) for v in out.stats.get("warc_files", [])]
     store.write_table(store.part_file(round_no, "fetched", part), fetches.cast(FETCH_SCHEMA))
     robots_rows = out.robots_rows
     if robots_rows is None or robots_rows.num_rows == 0:
@@ -153,6 +165,8 @@ def fetch_task(cfg: CrawlConfig, round_no: int, part: int, now: datetime, token:
                       sitemap_rows.select(SITEMAP_SCHEMA.names).cast(SITEMAP_SCHEMA))
     stats = {"part": part, **_json_safe(out.stats)}
     store.mark_done(round_no, "fetched", part, stats)
+    if checkpoints is not None:  # the partition's rows are in its fetched file now
+        checkpoints.remove()
     return stats
 
 
@@ -260,6 +274,8 @@ def _json_safe(d: dict[str, Any]) -> dict[str, Any]:
             out[k] = v
         elif isinstance(v, dict):
             out[k] = _json_safe(v)
+        elif isinstance(v, list):
+            out[k] = [x if isinstance(x, int | float | str | bool) else str(x) for x in v]
         else:
             out[k] = str(v)
     return out

@@ -28,6 +28,7 @@ from crawl.store import Store
 # normal hosts only: their answers do not depend on timing, so two crawls can be compared exactly
 SCOPE = r"^(blog|news|shop|docs|forum|archive)-\d+\.sim\.test$"
 T0 = datetime(2026, 11, 30, 12, tzinfo=UTC)
+CKPT_ROWS = 5  # a small fetch checkpoint (crawl.checkpoint): a rerun repeats at most about this many rows per partition
 
 
 def _cfg(root: Path, simweb, **over):
@@ -393,9 +394,46 @@ def small_disk(tmp_path):
         subprocess.run(["umount", "-l", str(mnt)], check=False)
 
 
-def test_disk_full_during_fetch_is_not_retried_blindly(make_simweb, small_disk):
+def _fetch_hosts(store: Store, round_no: int) -> int:
+    parts = [p for p in store.ls(store.round_dir(round_no, "fetchlist")) if p.endswith(".parquet")]
+    return len({h for p in parts for h in store.read_table(p).column("host").to_pylist()})
+
+
+def _resumed(store: Store, cfg, round_no: int) -> int:
+    """URLs the round's fetch tasks took from earlier attempts' checkpoints (their done markers say)."""
+    return sum(int(store.read_json(store.part_file(round_no, "fetched", k, "done")).get("resumed_urls") or 0)
+               for k in range(cfg.partitions) if store.is_done(round_no, "fetched", k))
+
+
+def _check_warc_pointers(cfg, round_no: int) -> int:
+    """Every WARC pointer of the round in the raw index (DuckDB, no view) reads back its URL's record."""
+    import duckdb
+
+    from crawl.warc import read_record
+
+    ptrs = duckdb.sql(f"""SELECT url, warc_filename, warc_record_offset, warc_record_length
+                          FROM read_parquet('{cfg.root}/index/**/*.parquet')
+                          WHERE warc_filename IS NOT NULL AND round = {round_no}""").fetchall()
+    for url, fname, off, length in ptrs:
+        rec = read_record(cfg.root, fname, off, length)
+        assert rec.url == url and rec.warc_type in ("response", "revisit"), (url, fname, off)
+    dups = duckdb.sql(f"""SELECT count(*) - count(DISTINCT (url, subset)) FROM read_parquet('{cfg.root}/index/**/*.parquet')
+                          WHERE round = {round_no}""").fetchall()[0][0]
+    assert dups == 0, f"{dups} duplicate index rows"
+    return len(ptrs)
+
+
+def test_disk_full_during_fetch_is_not_retried_blindly(make_simweb, small_disk, tmp_path):
+    """A full disk fails the round at once (no blind retry); the rerun fetches only what the dead
+    attempt had not checkpointed, and publishes what an undisturbed run publishes."""
     sw = make_simweb()
-    cfg = _cfg(small_disk / "root", sw, max_pages=200)
+    t1 = T0 + timedelta(hours=1)
+    ref = _cfg(tmp_path / "ref", sw, max_pages=200, fetch_checkpoint_every=CKPT_ROWS)
+    rnd.run_round(ref, sw.seed_urls(4), T0)
+    since_ref = time.time()
+    rnd.run_round(ref, None, t1)
+    undisturbed = log_figures(sw.access_log, ref.politeness_delay_s, since_ref)
+    cfg = _cfg(small_disk / "root", sw, max_pages=200, fetch_checkpoint_every=CKPT_ROWS)
     store = Store(cfg.root, cfg.crawl_id)
     rnd.run_round(cfg, sw.seed_urls(4), T0)
     free = os.statvfs(small_disk)
@@ -403,7 +441,6 @@ def test_disk_full_during_fetch_is_not_retried_blindly(make_simweb, small_disk):
     with open(filler, "wb") as fh:  # leave ~400 KB: round 2's WARC files fill the disk mid-fetch
         fh.write(b"\0" * (free.f_bavail * free.f_frsize - 400_000))
     since = time.time()
-    t1 = T0 + timedelta(hours=1)
     out = subprocess.run(_cli(cfg, "round", "--now", t1.isoformat()), capture_output=True, text=True, timeout=300)
     print(f"\ndisk full: exit {out.returncode}: {out.stderr.strip().splitlines()[-1]}")
     assert out.returncode == 1 and "not retried: no space left on device" in out.stderr, out.stderr[-2000:]
@@ -419,5 +456,64 @@ def test_disk_full_during_fetch_is_not_retried_blindly(make_simweb, small_disk):
     assert rerun.returncode == 0, rerun.stderr[-2000:]
     assert store.current_round() == 2 and _temp_files(Path(cfg.root)) == []
     total = log_figures(sw.access_log, cfg.politeness_delay_s, since)
-    print(f"disk full then rerun: {total}")
+    bound = cfg.partitions * CKPT_ROWS + 2 * _fetch_hosts(store, 2)
+    print(f"disk full then rerun: {total} (undisturbed: {undisturbed}); bound on repeats {bound}, "
+          f"URLs resumed from checkpoints {_resumed(store, cfg, 2)}")
     assert total["gaps_below_delay"] == 0
+    assert _resumed(store, cfg, 2) > 0, "the rerun took nothing from the dead attempt's checkpoints"
+    assert total["repeated"] - undisturbed["repeated"] <= bound, "the rerun fetched more than one segment again"
+    assert not list(Path(cfg.root).glob("state/crawl=res/rounds/00002/checkpoints/*"))
+    assert _check_warc_pointers(cfg, 2) > 20
+    assert _state(cfg) == _state(ref)
+
+
+def test_killed_mid_fetch_resumes_from_checkpoints(make_simweb, tmp_path):
+    """SIGKILL of the round CLI mid-fetch: the rerun keeps the checkpointed part of every partition,
+    stays polite towards the dead attempt's last requests and publishes the undisturbed state."""
+    sw = make_simweb()
+    delay = 0.3
+    t1 = T0 + timedelta(hours=1)
+    ref = _cfg(tmp_path / "ref", sw, politeness_delay_s=delay, fetch_checkpoint_every=CKPT_ROWS)
+    rnd.run_round(ref, sw.seed_urls(4), T0)
+    since_ref = time.time()
+    rnd.run_round(ref, None, t1)
+    undisturbed = log_figures(sw.access_log, delay, since_ref)
+
+    cfg = _cfg(tmp_path / "kill", sw, politeness_delay_s=delay, fetch_checkpoint_every=CKPT_ROWS)
+    store = Store(cfg.root, cfg.crawl_id)
+    rnd.run_round(cfg, sw.seed_urls(4), T0)
+    since = time.time()
+    err_path = tmp_path / "killed.stderr"
+    with open(err_path, "w") as err:
+        proc = subprocess.Popen(_cli(cfg, "round", "--now", t1.isoformat()), stdout=subprocess.DEVNULL,
+                                stderr=err, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and proc.poll() is None:
+            log = read_log(sw.access_log)
+            if (pc.sum(pc.greater_equal(log["start"], since)).as_py() or 0) >= undisturbed["requests"] // 2:
+                break
+            time.sleep(0.1)
+        assert proc.poll() is None, f"round ended before it could be killed: {err_path.read_text()[-3000:]}"
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)  # the CLI and the Dask workers it started
+        proc.wait(10)
+    first = log_figures(sw.access_log, delay, since)
+    committed = list(Path(cfg.root).glob("state/crawl=res/rounds/00002/checkpoints/part=*/seg=*.json"))
+    assert store.current_round() == 1 and committed, "no checkpoint before the kill"
+    dead = lease.current(store)
+    while dead.live():
+        time.sleep(0.1)
+    out = subprocess.run(_cli(cfg, "round", "--now", t1.isoformat()), capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert store.current_round() == 2
+    total = log_figures(sw.access_log, delay, since)
+    bound = cfg.partitions * CKPT_ROWS + 2 * _fetch_hosts(store, 2)
+    print(f"\nkilled mid-fetch: first attempt {first['requests']} requests, {len(committed)} checkpoints; "
+          f"with the rerun {total} (undisturbed: {undisturbed}); bound on repeats {bound}, "
+          f"URLs resumed {_resumed(store, cfg, 2)}")
+    assert total["gaps_below_delay"] == 0, total
+    assert _resumed(store, cfg, 2) > 0
+    assert total["repeated"] - undisturbed["repeated"] <= bound
+    assert _check_warc_pointers(cfg, 2) > 20
+    assert _state(cfg) == _state(ref)
