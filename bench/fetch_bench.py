@@ -177,6 +177,7 @@ def throughput_run(fetch_fn, cfg: CrawlConfig, urls: list[str], rule: str, concu
         "requests_per_s_incl_robots": round((out.stats.get("requests", 0)
                                              + out.stats.get("robots_requests", 0)) / elapsed, 1),
         "fetch_loop_s": round(out.stats["fetch_loop_s"], 2), "warc_drain_s": round(out.stats["warc_drain_s"], 2),
+        "segments": out.stats.get("segments", 0), "checkpoint_s": round(out.stats.get("checkpoint_s", 0.0), 3),
         "ceiling_pages_per_s": ceiling, "ceiling_before_after": [before["pages_per_s"], after["pages_per_s"]],
         "ratio_to_ceiling": round(ours / ceiling, 3) if ceiling else None,
     }
@@ -230,7 +231,9 @@ def main() -> int:
                 r = throughput_run(fn, cfg, urls, rule, a.concurrency, work / "root", f"bench/{name}{rep}")
                 runs[name].append(r)
                 print(json.dumps({"run": name, "rep": rep, "ratio_to_ceiling": r["ratio_to_ceiling"],
-                                  "pages_per_s": r["pages_per_s"], "ceiling": r["ceiling_pages_per_s"]}),
+                                  "pages_per_s": r["pages_per_s"], "ceiling": r["ceiling_pages_per_s"],
+                                  "seconds": r["seconds"], "segments": r["segments"],
+                                  "checkpoint_s": r["checkpoint_s"]}),
                       flush=True)
         result["fetch_delay0"] = runs["current"][-1]
         result["fetch_delay0"]["ratios_current"] = [r["ratio_to_ceiling"] for r in runs["current"]]

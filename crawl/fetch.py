@@ -341,6 +341,7 @@ class _Fetcher:
         self.warcs: dict[str, WarcFile] = {}
         self.wseg = first_segment
         self.placed: list[str] = []
+        self.checkpoint_s = 0.0  # time the writer thread spent cutting segments (closing + checkpoint)
         self.writer = _WarcWriter()
         self.resolver = GuardedResolver(cfg.resolve, allow_private_networks=cfg.allow_private_networks)
         self.wake = asyncio.Event()
@@ -433,6 +434,7 @@ class _Fetcher:
         self.stats["segments"] += 1
 
         def close() -> None:
+            started = time.monotonic()
             files = self.close_files(every_subset=False)
             self.wseg = seg + 1
             refs = self.writer.refs
@@ -447,6 +449,7 @@ class _Fetcher:
                 sitemaps=pa.concat_tables(sitemaps) if sitemaps else CKPT_SITEMAP_SCHEMA.empty_table(),
                 open_units=open_units, warc_files=files)
             self.on_segment(segment)  # type: ignore[misc]
+            self.checkpoint_s += time.monotonic() - started
 
         self.writer.submit(close, 0)
 
@@ -1468,6 +1471,7 @@ def fetch_partition(
     stats["warc_drain_s"] = elapsed - stats["fetch_loop_s"]  # writer thread still busy after the loop
     stats["pages_per_s"] = stats.get("requests", 0) / elapsed if elapsed > 0 else 0.0
     stats["dns_lookups"] = f.resolver.lookups
+    stats["checkpoint_s"] = f.checkpoint_s
     stats["warc_files"] = (resume.warc_files if resume is not None else []) + f.placed
     return FetchOutput(fetches=fetches, robots_rows=robots_rows, stats=stats, sitemap_rows=sitemap_rows)
 
