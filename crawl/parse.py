@@ -415,6 +415,7 @@ class _RawLinks:
     nofollow: list[bool] = field(default_factory=list)
     canonical_hrefs: list[str] = field(default_factory=list)  # <link rel=canonical>, first resolvable wins
     header_canonical: str | None = None  # Link: <...>; rel=canonical, resolved against the page URL
+    text: str | None = None  # visible text, whitespace not yet collapsed (parse_bodies collapses a column)
 
 
 def parse_html(url: str, payload: bytes, headers: Mapping[str, str], agent: str = PRODUCT_TOKEN,
@@ -429,8 +430,9 @@ def parse_html(url: str, payload: bytes, headers: Mapping[str, str], agent: str 
 
 
 def _parse_html_deferred(url: str, payload: bytes, headers: Mapping[str, str],
-                         agent: str = PRODUCT_TOKEN) -> tuple[ParsedDoc, _RawLinks]:
-    """Everything :func:`parse_html` does but resolving links and the canonical URL."""
+                         agent: str = PRODUCT_TOKEN, raw_text: bool = False) -> tuple[ParsedDoc, _RawLinks]:
+    """Everything :func:`parse_html` does but resolving links and the canonical URL; with ``raw_text``
+    also the whitespace collapse of the text (``doc.text`` stays empty, ``raw.text`` holds it)."""
     h = _lower_headers(headers)
     codec, skip = detect_charset(payload, h.get("content-type"))
     html = payload[skip:].decode(codec, errors="replace")
@@ -509,8 +511,12 @@ def _parse_html_deferred(url: str, payload: bytes, headers: Mapping[str, str],
 
     tree.strip_tags(["script", "style", "noscript", "template"])
     root = tree.body if tree.body is not None else tree.root
-    doc.text = " ".join(root.text(separator=" ").split()) if root is not None else ""
-    doc.content_text = _content_text(tree, doc.text)
+    text = root.text(separator=" ") if root is not None else ""
+    if raw_text:
+        raw.text = text
+    else:
+        doc.text = " ".join(text.split())
+    doc.content_text = _content_text(tree)
     return doc, raw
 
 
@@ -615,28 +621,28 @@ def _has_ancestor(node: object, tag: str) -> bool:
     return False
 
 
-def _content_text(tree: LexborHTMLParser, full_text: str) -> str:
+def _content_text(tree: LexborHTMLParser) -> str:
     """Text of the page's main content: top-level ``<article>``s, else ``<main>`` / ``[role=main]``.
 
     Why: SimHash and the text digest should follow the content, not the chrome around it. Navigation,
     "related" boxes, footers and rotating ad slots sit outside these HTML5 containers on most sites, and
     they differ between a page and its syndicated copy or change on every request; fingerprinting the
-    whole body made such pairs look unrelated. Falls back to the full text when there is no container
-    or it holds fewer than 3 words.
+    whole body made such pairs look unrelated. "" (the full text, :attr:`ParsedDoc.fingerprint_text`)
+    when there is no container or it holds fewer than 3 words.
     """
     nodes = [n for n in tree.tags("article") if not _has_ancestor(n, "article")]
     if not nodes:
         main = tree.css_first("main") or tree.css_first("[role=main]")
         nodes = [main] if main is not None else []
     if not nodes:
-        return full_text
+        return ""
     for n in nodes:  # anchor text is navigation (boilerpipe's link density), not the article's words
         for a in n.css("a"):
             a.decompose()
     # whitespace is left as is: SimHash tokenises and text_digest normalises, and collapsing ~30 KB of
     # text costs more than extracting it
     text = " ".join(n.text(separator=" ") for n in nodes)
-    return text if len(text.split(None, 3)) >= 3 else full_text
+    return text if len(text.split(None, 3)) >= 3 else ""
 
 
 # directly, not through register_parser: that would load the built-in media parsers mid-import
@@ -655,7 +661,8 @@ def parse_document(url: str, payload: bytes, headers: Mapping[str, str] | Iterab
 
 def _parse_document(url: str, payload: bytes, headers: Mapping[str, str] | Iterable[tuple[str, str]],
                     max_outlinks: int, defer: bool) -> tuple[ParsedDoc, _RawLinks | None]:
-    """:func:`parse_document`; with ``defer`` an HTML page comes back with its links unresolved."""
+    """:func:`parse_document`; with ``defer`` an HTML page comes back with its links unresolved and its
+    text not yet whitespace-collapsed (:func:`_page_table` does that for all pages at once)."""
     h = _lower_headers(headers)
     ct = h.get("content-type")
     mime = sniff_mime(payload, ct)
@@ -666,7 +673,7 @@ def _parse_document(url: str, payload: bytes, headers: Mapping[str, str] | Itera
         h["content-type"] = mime + ("; " + ct.split(";", 1)[1] if ct and ";" in ct else "")
     raw = None
     if defer and fn is parse_html:
-        doc, raw = _parse_html_deferred(url, payload, h)
+        doc, raw = _parse_html_deferred(url, payload, h, raw_text=True)
     else:
         doc = fn(url, payload, h)
         doc.links = doc.links[:max_outlinks]
@@ -791,16 +798,21 @@ def parse_bodies(fetch_table: pa.Table, bodies: Iterable[Body], max_outlinks: in
 def _page_table(rows: pa.Table, docs: list[ParsedDoc], raws: list[_RawLinks | None],
                 canonical: list[str | None], outlink_count: np.ndarray) -> pa.Table:
     """PAGE_SCHEMA rows of parsed documents, a column at a time (URL and hash straight from the fetch
-    rows, fingerprints from one :func:`crawl.fingerprint.fingerprints_many` call)."""
-    texts = [d.text or "" for d in docs]
-    sims, digests = fingerprints_many([d.fingerprint_text for d in docs])
+    rows, HTML text collapsed as one Arrow column, fingerprints from one
+    :func:`crawl.fingerprint.fingerprints_many` call)."""
+    text = _text_column(docs, raws)
+    fp_texts = [d.fingerprint_text for d in docs]
+    whole = [i for i, (d, r) in enumerate(zip(docs, raws, strict=True)) if r is not None and not d.content_text]
+    for i, t in zip(whole, text.take(pa.array(whole, pa.int64())).to_pylist(), strict=True):
+        fp_texts[i] = t  # an HTML page without a main-content container: its whole (collapsed) text
+    sims, digests = fingerprints_many(fp_texts)
     imgs = [d.image for d in docs]
     cols: dict[str, Any] = {
         "url": rows.column("url"),
         "url_hash": rows.column("url_hash"),
         "title": [d.title for d in docs],
-        "text": texts,
-        "text_length": np.fromiter(map(len, texts), np.int32, len(texts)),
+        "text": text,
+        "text_length": pc.utf8_length(text).cast(pa.int32()),
         "content_charset": [d.charset for d in docs],
         "content_mime_detected": [d.mime_detected for d in docs],
         "content_languages": [d.language for d in docs],
@@ -823,6 +835,26 @@ def _page_table(rows: pa.Table, docs: list[ParsedDoc], raws: list[_RawLinks | No
         for name in image_cols:
             cols[name] = pa.nulls(len(docs), PAGE_SCHEMA.field(name).type)
     return pa.Table.from_pydict(cols, schema=PAGE_SCHEMA)
+
+
+def _text_column(docs: list[ParsedDoc], raws: list[_RawLinks | None]) -> pa.Array:
+    """The ``text`` column: HTML pages' text whitespace-collapsed (``" ".join(text.split())``) by Arrow
+    kernels over the whole column, other documents' text as their parser gave it.
+
+    Why: ``str.split`` + ``join`` made ~2,000 Python strings per page (0.15 ms of a ~1 ms parse);
+    Arrow's whitespace is Python's (the same 29 code points, checked in tests), so the column is the
+    same (0.11 ms per page, measured on simulated-web pages).
+    """
+    html = [i for i, r in enumerate(raws) if r is not None and r.text is not None]
+    raw_col = pa.array([raws[i].text for i in html], pa.string())  # type: ignore[union-attr]
+    collapsed = pc.utf8_trim_whitespace(pc.binary_join(pc.utf8_split_whitespace(raw_col), " "))
+    if len(html) == len(docs):
+        return collapsed
+    other = [i for i, r in enumerate(raws) if r is None or r.text is None]
+    order = np.empty(len(docs), np.int64)
+    order[np.asarray(html + other, np.int64)] = np.arange(len(docs))
+    rest = pa.array([docs[i].text or "" for i in other], pa.string())
+    return pa.concat_arrays([collapsed, rest]).take(pa.array(order))
 
 
 __all__ = [

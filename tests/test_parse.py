@@ -561,3 +561,57 @@ def test_partition_links_equal_the_per_href_algorithm_on_simulated_web(tmp_path:
     assert list(zip(*(links.column(c).to_pylist() for c in LINK_SCHEMA.names), strict=True)) == want_links
     assert capped > 10 and nofollow_merged > 10 and len(want_links) > 1000
     assert sum(c is not None for c in want_canon) > 50
+
+
+# ------------------------------------------------------------ bodies from memory, the text column
+_ALL_WS = [c for c in map(chr, range(0x3001)) if c.isspace()]  # all 29 code points str.split() splits on
+
+
+def test_parse_bodies_from_memory_equals_the_warc_read_back_and_the_scalar_parser(tmp_path: Path) -> None:
+    """parse_bodies takes (row, headers, payload) from any source: from memory it must give exactly
+    what parse_partition gives reading the same responses back from a WARC file; and the text column,
+    collapsed for all pages at once by Arrow kernels, must be parse_html's ``" ".join(text.split())``
+    with every kind of whitespace -- the fingerprints computed from it too."""
+    from crawl.fingerprint import fingerprints
+    from crawl.parse import document_rows, parse_bodies, warc_bodies
+
+    assert len(_ALL_WS) == 29
+    root = str(tmp_path)
+    bodies_in: list[tuple[str, bytes, list[tuple[str, str]]]] = []
+    for k, ws in enumerate(_ALL_WS):
+        words = f"{ws}{ws}Alpha{ws}beta\u00e9 {ws} gamma{ws}\u2026delta{k} epsilon{ws}"
+        body = f"<html><body>{ws}<p>{words}</p><div>{ws}</div><p>zeta{ws}eta</p>{ws}</body></html>"
+        if k % 2:
+            body = body.replace("<p>zeta", f"<article>{words} theta iota</article><p>zeta")
+        bodies_in.append((f"http://ws.test/{k}", body.encode("utf-8"), [("Content-Type", "text/html; charset=utf-8")]))
+    bodies_in.append(("http://ws.test/doc.pdf", b"%PDF-1.4 not really", [("Content-Type", "application/pdf")]))
+    bodies_in.append(("http://ws.test/empty", b"", [("Content-Type", "text/html")]))
+    rows = []
+    with WarcFile.open(root, "seg/ws.warc.gz") as w:
+        for n, (url, body, headers) in enumerate(bodies_in):
+            ref = w.write_response(url, T0, 200, "OK", headers, body, "127.0.0.1", None)
+            rows.append(_row(url=url, url_hash=n + 1, status="fetched", http_status=200, content_type=headers[0][1],
+                             warc_filename="seg/ws.warc.gz", warc_record_offset=ref.offset,
+                             warc_record_length=ref.length, warc_type="response"))
+    rows.append(_row(url="http://ws.test/old", url_hash=900, status="redirect", http_status=301,
+                     redirect_location="http://ws.test/new"))
+    fetch = pa.Table.from_pylist(rows, schema=FETCH_SCHEMA)
+    assert document_rows(fetch).tolist() == list(range(len(bodies_in)))
+
+    from_warc = parse_partition(root, fetch, max_outlinks=50)
+    memory = [(i, headers, body) for i, (_, body, headers) in enumerate(bodies_in)]
+    from_memory = parse_bodies(fetch, memory, max_outlinks=50)
+    assert from_memory[0].equals(from_warc[0]) and from_memory[1].equals(from_warc[1])
+    assert [r for r, _, _ in warc_bodies(root, fetch)] == list(range(len(bodies_in)))
+
+    pages = from_memory[0].to_pylist()
+    assert len(pages) == len(bodies_in)
+    for page, (url, body, headers) in zip(pages, bodies_in, strict=True):
+        want = parse_document(url, body, headers, 50)
+        assert page["text"] == (want.text or ""), url
+        assert page["text_length"] == len(page["text"])
+        if page["content_mime_detected"] == "text/html" and want.fingerprint_text:
+            assert (page["simhash"], page["text_digest"]) == fingerprints(want.fingerprint_text), url
+    assert pages[0]["text"] == "Alpha beta\u00e9 gamma \u2026delta0 epsilon zeta eta"
+    assert from_memory[1].to_pylist()[-1] == {"from_url": "http://ws.test/old", "to_url": "http://ws.test/new",
+                                             "kind": "redirect", "nofollow": False}
