@@ -124,6 +124,7 @@ def fetch_task(cfg: CrawlConfig, round_no: int, part: int, now: datetime, token:
 
     store = Store(cfg.root, cfg.crawl_id)
     if store.is_done(round_no, "fetched", part):
+        PartitionCheckpoints(store, round_no, part, "").remove()  # left when killed just after the marker
         return store.read_json(store.part_file(round_no, "fetched", part, "done"))
     go_on = may_continue(store, token)
     if not go_on():

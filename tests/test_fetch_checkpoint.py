@@ -97,3 +97,20 @@ def test_checkpoints_of_another_fetch_list_are_not_applied(simweb, tmp_path: Pat
     fetch_partition(cfg, fetchlist(urls), root=cfg.root, warc_prefix=prefix, now=datetime.now(UTC),
                     checkpoint=again.save)
     assert set(urls) <= again.load(prefix).done
+
+
+def test_slow_hosts_are_checkpointed_by_time(simweb, tmp_path: Path) -> None:
+    """fetch_checkpoint_s cuts a segment when rows come slowly (long delays), not only by count."""
+    sw = simweb
+    urls = host_urls(sw, "docs-001.sim.test", 6)
+    cfg = cfg_for(sw, politeness_delay_s=0.3, fetch_checkpoint_every=0, fetch_checkpoint_s=0.5,
+                  root=str(tmp_path), crawl_id="ck", sitemaps=False)
+    store = Store(cfg.root, cfg.crawl_id)
+    prefix = store.staged(1, store.warc_prefix(1, 0))
+    ck = PartitionCheckpoints(store, 1, 0, fetchlist_key(fetchlist(urls)))
+    out = fetch_partition(cfg, fetchlist(urls), root=cfg.root, warc_prefix=prefix, now=datetime.now(UTC),
+                          checkpoint=ck.save)
+    commits = ck.commits()
+    assert len(commits) >= 3 and out.stats["segments"] == len(commits)
+    assert sum(m["rows"] for m in commits) == out.fetches.num_rows
+    assert sorted(out.stats["warc_files"]) == sorted(f for m in commits for f in m["warc_files"])
