@@ -30,6 +30,7 @@ A checkpoint is keyed to its fetch list (:func:`fetchlist_key`): checkpoints of 
 from __future__ import annotations
 
 import hashlib
+import logging
 import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -45,6 +46,7 @@ if TYPE_CHECKING:
 UNIT = pa.field("unit", pa.string())  # the unit of work a row belongs to (see the module docstring)
 CKPT_FETCH_SCHEMA = FETCH_SCHEMA.append(UNIT)
 CKPT_SITEMAP_SCHEMA = SITEMAP_SCHEMA.append(UNIT)
+log = logging.getLogger(__name__)
 _SEG_RE = re.compile(r"seg=(\d+)\.json$")
 
 
@@ -138,7 +140,20 @@ class PartitionCheckpoints:
     def load(self, warc_prefix: str) -> Resume:
         """The rows earlier attempts finished (empty when there are none or they belong to another
         fetch list). WARC segment files no commit names (an attempt that died while closing a segment)
-        are removed, so they are neither published nor mistaken for the rerun's own."""
+        are removed, so they are neither published nor mistaken for the rerun's own. Checkpoints that
+        cannot be read (a file lost or damaged outside the crawler) are dropped, not trusted: the
+        partition is fetched from its start rather than failing every rerun."""
+        try:
+            resume = self._read()
+        except (FileNotFoundError, KeyError, ValueError, pa.ArrowException) as exc:
+            log.warning("fetch checkpoints of %s unreadable (%r): fetching the partition from its start",
+                        self.dir, exc)
+            self.remove()
+            resume = Resume()
+        self._prune_warcs(warc_prefix, resume.next_segment)
+        return resume
+
+    def _read(self) -> Resume:
         metas = self.commits()
         if any(m.get("key") != self.key for m in metas):
             self.remove()
@@ -168,7 +183,6 @@ class PartitionCheckpoints:
                 resume.robots_rows = pa.concat_tables(robots)
             if sitemaps:
                 resume.sitemap_rows = pa.concat_tables(sitemaps).select(SITEMAP_SCHEMA.names)
-        self._prune_warcs(warc_prefix, resume.next_segment)
         return resume
 
     def _prune_warcs(self, warc_prefix: str, first: int) -> None:

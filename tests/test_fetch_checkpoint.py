@@ -114,3 +114,18 @@ def test_slow_hosts_are_checkpointed_by_time(simweb, tmp_path: Path) -> None:
     assert len(commits) >= 3 and out.stats["segments"] == len(commits)
     assert sum(m["rows"] for m in commits) == out.fetches.num_rows
     assert sorted(out.stats["warc_files"]) == sorted(f for m in commits for f in m["warc_files"])
+
+
+def test_damaged_checkpoints_are_dropped_not_trusted(tmp_path: Path) -> None:
+    """A commit whose tables are gone (or a torn commit file) restarts the partition, it does not
+    fail every rerun."""
+    store = Store(str(tmp_path), "ck")
+    ck = PartitionCheckpoints(store, 1, 0, "k1")
+    store.write_json(f"{ck.dir}/seg=0000.json", {"key": "k1", "segment": 0, "attempt": 0, "open": []})
+    seg = store.staged(1, store.warc_prefix(1, 0)) + "-0000-warc.warc.gz"
+    store.write_bytes(seg, b"a segment of the damaged attempt")
+    resume = ck.load(store.staged(1, store.warc_prefix(1, 0)))
+    assert resume.next_segment == 0 and not resume.done and resume.fetches.num_rows == 0
+    assert not store.exists(ck.dir) and not store.exists(seg)
+    store.write_bytes(f"{ck.dir}/seg=0000.json", b"{torn")
+    assert ck.load(store.staged(1, store.warc_prefix(1, 0))).next_segment == 0 and not store.exists(ck.dir)
