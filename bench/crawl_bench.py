@@ -13,6 +13,7 @@ In one run, over the same URLs of a simulated web with ≥ 500 hosts (politeness
 Absolute numbers on a shared 2-core box are noise; the ratios are the figures to compare.
 
     python bench/crawl_bench.py [--hosts 500] [--pages 3000]
+    python bench/crawl_bench.py --fixed-only        # only fixed_round_s
 """
 
 from __future__ import annotations
@@ -184,11 +185,22 @@ def main() -> None:
     ap.add_argument("--pages", type=int, default=3000)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--known", type=int, default=1_000_000, help="known URLs of the fixed-cost round's crawl")
+    ap.add_argument("--fixed-only", action="store_true",
+                    help="only the fixed-cost round (no ceilings, no full round): RESULT fixed_round_s=…")
     args = ap.parse_args()
     load0 = os.getloadavg()[0]
     work = Path(tempfile.mkdtemp(prefix="crawl-bench-"))
     proc, port = launch(args.hosts, args.seed, work / "access.jsonl")
     try:
+        if args.fixed_only:
+            cfg = load_config(overrides={"root": str(work / "root"), "crawl_id": "bench", "partitions": 4},
+                              use_env=False)
+            with dask_client(cfg) as client:
+                fixed_s, built_s, steps = fixed_round(work, port, args.known, client)
+            print(f"fixed cost: a round with nothing due on {args.known:,} known URLs (state built in "
+                  f"{built_s:.1f} s): {fixed_s:.2f} s = " + ", ".join(f"{k} {v:.2f}" for k, v in steps.items()))
+            print(f"RESULT fixed_round_s={fixed_s:.2f} load={load0:.1f}-{os.getloadavg()[0]:.1f}")
+            return
         urls = bench_urls(args.hosts, args.seed, args.pages)
         n_hosts = len({u.split("/")[2] for u in urls})
         print(f"simulated web: {args.hosts} hosts; benchmark set: {len(urls)} HTML pages on {n_hosts} hosts")

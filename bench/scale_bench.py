@@ -256,11 +256,29 @@ def step_proc(step: str, overrides: dict, now: datetime, round_no: int, profile:
     return {"wall_s": wall, **json.loads(line[-1][5:])}
 
 
+def reset_state(root: Path, round_no: int) -> None:
+    """Undo a measured round on a kept state: remove every file and folder of round ``round_no`` (its
+    versions ``v=NNNNN``, ``rounds/NNNNN``, ``round=NNNNN*`` outputs) and point CURRENT.json at the round
+    before, so the same state measures the next change without being rebuilt."""
+    tags = (f"v={round_no:05d}", f"round={round_no:05d}")
+    for dirpath, dirnames, filenames in os.walk(root, topdown=True):
+        for name in list(dirnames):
+            if name.startswith(tags) or (Path(dirpath).name == "rounds" and name == f"{round_no:05d}"):
+                shutil.rmtree(Path(dirpath) / name)
+                dirnames.remove(name)
+        for name in filenames:
+            if name.startswith(tags):
+                (Path(dirpath) / name).unlink()
+    for cur in root.glob("state/crawl=*/CURRENT.json"):
+        cur.write_text(json.dumps({"round": round_no - 1}))
+
+
 def one_size(n_urls: int, due: pa.Table, port: int, work: Path, fetches: int, profile: bool,
-             fixed: bool, every: int) -> dict:
+             fixed: bool, every: int, state_dir: Path | None = None) -> dict:
     from crawl.config import load_config
 
-    overrides = {"root": str(work / f"root-{n_urls}"), "crawl_id": "scale",
+    base = state_dir if state_dir is not None else work
+    overrides = {"root": str(base / f"root-{n_urls}"), "crawl_id": "scale",
                  "resolve": [f"*.sim.test=127.0.0.1:{port}"], "politeness_delay_s": 0.0,
                  "max_pages": fetches, "partitions": 4, "round_duration_s": 300.0,
                  "max_pages_per_host_per_round": 100_000, "coverage_share": 0.0, "sitemaps": False,
@@ -269,7 +287,16 @@ def one_size(n_urls: int, due: pa.Table, port: int, work: Path, fetches: int, pr
         overrides.update(importance_every_rounds=every, prior_every_rounds=every)
     cfg = load_config(overrides=overrides, use_env=False)
     now = datetime.now(UTC).replace(microsecond=0)
-    built = build_state(cfg, n_urls, due, now)
+    marker = Path(overrides["root"]) / "built.json"
+    if state_dir is not None and marker.exists():  # a kept state: same `now`, the measured round undone
+        kept = json.loads(marker.read_text())
+        now, built = datetime.fromisoformat(kept["now"]), {**kept["built"], "reused": True}
+        reset_state(Path(overrides["root"]), HISTORY_ROUNDS + 1)
+        print(f"  N={n_urls:>10,} reusing the state in {overrides['root']} (built {kept['now']})", flush=True)
+    else:
+        built = build_state(cfg, n_urls, due, now)
+        if state_dir is not None:
+            marker.write_text(json.dumps({"now": now.isoformat(), "built": built}))
     prof_dir = None
     if profile:
         prof_dir = REPO / "bench" / "out" / f"scale-{n_urls}"
@@ -283,8 +310,11 @@ def one_size(n_urls: int, due: pa.Table, port: int, work: Path, fetches: int, pr
               f" peak RSS {s['peak_rss_gib']:.2f} GiB", flush=True)
     res["round_s"] = sum(s["wall_s"] for s in res["steps"].values())
     res["peak_rss_gib"] = max(s["peak_rss_gib"] for s in res["steps"].values())
-    shutil.rmtree(overrides["root"], ignore_errors=True)
+    if state_dir is None:
+        shutil.rmtree(overrides["root"], ignore_errors=True)
     if fixed:  # the same state with nothing due: a whole round (run_round), inject to publish
+        overrides = {**overrides, "root": str(work / f"fixed-{n_urls}")}
+        cfg = load_config(overrides=overrides, use_env=False)
         build_state(cfg, n_urls, due, now, none_due=True)
         s = step_proc("inject_to_publish", overrides, now, 0, None)
         res["fixed_round_s"] = s["wall_s"]
@@ -351,6 +381,9 @@ def main() -> None:
     ap.add_argument("--fixed", action="store_true", help="also time a round with nothing due (fixed_round_s)")
     ap.add_argument("--every", type=int, default=1,
                     help="importance_every_rounds and prior_every_rounds (1 = full PageRank and prior fit every round)")
+    ap.add_argument("--state", default="",
+                    help="keep each N's built state in this folder and reuse it on later runs (the measured "
+                         "round is undone first); default: a temporary folder, removed")
     ap.add_argument("--plot", default="", help="write the step-time plot here (PNG)")
     ap.add_argument("--json", default="", help="write all figures here")
     ap.add_argument("--step", help=argparse.SUPPRESS)
@@ -372,7 +405,8 @@ def main() -> None:
     try:
         due = due_pages(args.hosts, args.seed, args.fetches)
         for n in sizes:
-            results.append(one_size(n, due, port, work, args.fetches, args.profile, args.fixed, args.every))
+            results.append(one_size(n, due, port, work, args.fetches, args.profile, args.fixed, args.every,
+                                    Path(args.state) if args.state else None))
     finally:
         proc.terminate()
         proc.wait(10)

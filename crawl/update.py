@@ -144,15 +144,38 @@ def update(cfg: CrawlConfig, round_no: int, now: datetime, client: Any = None) -
     }
 
 
+def _injects_only_known(cfg: CrawlConfig, store: Store, round_no: int) -> bool:
+    """Whether every seed injected for ``round_no`` is a URL CrawlDb ``round_no - 1`` knows already (true
+    when nothing was injected). Such seeds add no row (:func:`_new_urls` drops known URLs), so they do
+    not stop a carry-forward: re-injecting a crawl's seeds each round must not cost a full merge."""
+    rel = store.round_dir(round_no, "inject.parquet")
+    if not store.exists(rel):
+        return True
+    hashes = store.read_table(rel, crawldb.CRAWLDB_SCHEMA).column("url_hash").to_numpy()
+    shard = seen.shard_of(hashes, cfg.url_shards)
+    for s in np.unique(shard):
+        sub = hashes[shard == s]
+        bloom_rel = store.seen_file(round_no - 1, int(s), "bloom")
+        if store.exists(bloom_rel) and not seen.BloomFilter.load(store.url(bloom_rel)).contains(sub).all():
+            return False  # a Bloom "no" is certain: a new seed
+        seen_rel = store.seen_file(round_no - 1, int(s), "parquet")
+        if not store.exists(seen_rel) or not seen.confirm(sub, seen.read_seen(store.url(seen_rel))).all():
+            return False
+    return True
+
+
 def carry_forward(cfg: CrawlConfig, store: Store, round_no: int) -> dict[str, Any] | None:
-    """A round that fetched and injected nothing changes no URL: its seen-sets, Bloom filters, digest
-    table and robots cache are the previous version's, copied byte for byte instead of re-merging
-    every shard (a crawl of 1 M URLs with nothing due paid a full merge for nothing). None when the
-    round has anything to merge. Reprioritise then carries the CrawlDb forward the same way."""
-    if round_no <= 1 or _parts(store, round_no, "fetched") or store.exists(store.round_dir(round_no, "inject.parquet")):
+    """A round that fetched nothing and injected no new URL changes no row: its seen-sets, Bloom
+    filters, digest table and robots cache are the previous version's, copied byte for byte instead
+    of re-merging every shard (a crawl of 1 M URLs with nothing due paid a full merge for nothing).
+    None when the round has anything to merge. Reprioritise then carries the CrawlDb forward the same
+    way."""
+    if round_no <= 1 or _parts(store, round_no, "fetched"):
         return None
     prev = round_no - 1
     if not all(store.exists(crawldb.shard_path(store, prev, s)) for s in range(cfg.url_shards)):
+        return None
+    if not _injects_only_known(cfg, store, round_no):
         return None
     rels = [(store.seen_file(prev, s, ext), store.seen_file(round_no, s, ext))
             for s in range(cfg.url_shards) for ext in ("parquet", "bloom")]

@@ -209,14 +209,16 @@ def test_a_round_with_nothing_due_carries_the_crawl_forward(tmp_path):
 
     from crawl import seen
     from crawl.config import load_config
+    from crawl.url import url_hash
 
     cfg = load_config(overrides={"root": str(tmp_path / "root"), "crawl_id": "cf", "url_shards": 2,
                                  "dask_dashboard": False}, use_env=False)
     store = Store(cfg.root, cfg.crawl_id)
     now = datetime(2026, 6, 1, tzinfo=UTC)
-    hashes = np.arange(1, 41, dtype=np.uint64) * 1_000_003
+    urls = [f"http://a.test/{i}" for i in range(40)]
+    hashes = np.array([url_hash(u) for u in urls], np.uint64)
     db = crawldb.conform(pa.table({
-        "url": [f"http://a.test/{i}" for i in range(40)], "url_hash": pa.array(hashes),
+        "url": urls, "url_hash": pa.array(hashes),
         "host": ["a.test"] * 40, "status": ["fetched"] * 40, "priority": [1.0] * 40,
         "next_fetch_time": pa.array([now + timedelta(days=1)] * 40, pa.timestamp("ms", tz="UTC")),
     }))
@@ -234,3 +236,15 @@ def test_a_round_with_nothing_due_carries_the_crawl_forward(tmp_path):
         for ext in ("parquet", "bloom"):
             assert store.read_bytes(store.seen_file(2, s, ext)) == store.read_bytes(store.seen_file(1, s, ext))
     assert not store.exists(store.round_dir(2, "merged"))  # no shard was merged
+
+    # re-injecting seeds the crawl knows adds no row: still a carry-forward (crawl_bench's fixed round)
+    summary = rnd.run_round(cfg, ["http://a.test/3", "http://a.test/17"], now)
+    assert summary["update"]["carried_forward"] and summary["update"]["known"] == 40
+    assert summary["reprioritise"]["carried_forward"] and not store.exists(store.round_dir(3, "merged"))
+    for s in range(2):
+        assert store.read_bytes(crawldb.shard_path(store, 3, s)) == store.read_bytes(crawldb.shard_path(store, 1, s))
+    # one new seed among known ones: the round has a row to add, so no carry-forward
+    from crawl.update import carry_forward
+
+    rnd.inject(cfg, ["http://a.test/3", "http://a.test/new"], now)
+    assert carry_forward(cfg, store, 4) is None
