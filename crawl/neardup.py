@@ -39,10 +39,11 @@ from collections.abc import Hashable, Mapping
 from typing import TypeVar
 
 import duckdb
+import numpy as np
 import pyarrow as pa
 import xxhash
 
-__all__ = ["NEARDUP_SCHEMA", "block_masks", "minhash_pairs", "near_duplicate_pairs"]
+__all__ = ["NEARDUP_SCHEMA", "block_masks", "candidates", "minhash_pairs", "near_duplicate_pairs"]
 
 NEARDUP_SCHEMA = pa.schema([
     ("url_hash", pa.uint64()),      # the new page that is a near-duplicate
@@ -117,6 +118,25 @@ def near_duplicate_pairs(
         if own:
             con.close()
     return result.cast(NEARDUP_SCHEMA)
+
+
+def candidates(existing: np.ndarray, new: np.ndarray, k: int = 3, *, blocks: int | None = None) -> np.ndarray:
+    """Mask of the ``existing`` fingerprints that share a masked key with some ``new`` one -- the only
+    ones :func:`near_duplicate_pairs` can pair with a new page (every pair it finds agrees exactly on
+    one of :func:`block_masks`). Filtering a crawl's 10^7 stored fingerprints down to these with one
+    sorted lookup per mask keeps the join proportional to the round's pages, not to the crawl."""
+    existing = np.asarray(existing, np.int64)
+    new = np.asarray(new, np.int64)
+    keep = np.zeros(existing.size, bool)
+    if new.size == 0 or existing.size == 0:
+        return keep
+    for mask in block_masks(k, blocks):
+        m = np.int64(mask)
+        keys = np.unique(new & m)
+        ex = existing & m
+        i = np.searchsorted(keys, ex).clip(0, keys.size - 1)
+        keep |= keys[i] == ex
+    return keep
 
 
 _SQL = """

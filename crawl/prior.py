@@ -195,8 +195,16 @@ def _prior_file(store: Store, round_no: int) -> str:
     return store.state("model", f"v={round_no:05d}", "prior.parquet")
 
 
+def refit_due(store: Store, round_no: int, every: int) -> bool:
+    """Whether round ``round_no`` refits the GLM: on the cadence, or when the previous round left no
+    model or no per-row priors to reuse."""
+    return every <= 1 or round_no % every == 0 or round_no <= 1 \
+        or not store.exists(store.state("model", f"v={round_no - 1:05d}", "model.pkl")) \
+        or not store.exists(_prior_file(store, round_no - 1))
+
+
 def for_round(store: Store, round_no: int, db: pa.Table, events: np.ndarray, exposure: np.ndarray,
-              checks: np.ndarray, every: int) -> tuple[np.ndarray, dict[str, Any]]:
+              checks: np.ndarray, every: int, partial: bool = False) -> tuple[np.ndarray, dict[str, Any]]:
     """The prior of every row for round ``round_no`` and the stats reprioritise reports.
 
     Every ``every`` rounds (and whenever the previous round left no model) the GLM is refitted and
@@ -204,11 +212,16 @@ def for_round(store: Store, round_no: int, db: pa.Table, events: np.ndarray, exp
     rows keep their prior (joined by URL hash) and only rows new to the CrawlDb are featurised and
     predicted, so the per-row Python (tokenising URLs) follows the round, not the crawl. Both the
     model and the priors are saved every round under ``state/crawl=ID/model/v=NNNNN/``.
+
+    ``partial``: ``db`` holds only the rows an incremental round rescores (never on a refit round);
+    the saved priors are then the previous round's with these rows' replaced or added.
     """
     hashes = db.column("url_hash").to_numpy()
     prev_model = store.state("model", f"v={round_no - 1:05d}", "model.pkl")
-    full = every <= 1 or round_no % every == 0 or round_no <= 1 or not store.exists(prev_model) \
-        or not store.exists(_prior_file(store, round_no - 1))
+    full = refit_due(store, round_no, every)
+    if full and partial:
+        raise ValueError(f"round {round_no} refits the prior: it needs every row, not a partial CrawlDb")
+    old_h = old_p = None
     if full:
         model = fit(db, events, exposure, checks)
         prior = predict(model, db, events, exposure, checks)
@@ -227,10 +240,16 @@ def for_round(store: Store, round_no: int, db: pa.Table, events: np.ndarray, exp
         refit = {"refit": False, "predicted_rows": int(missing.size)}
     model.metrics.setdefault("fit_round", round_no)
     order = np.argsort(hashes)
+    out_h, out_p = hashes[order], prior[order]
+    if partial and old_h is not None and old_h.size:
+        keep = ~np.isin(old_h, out_h)
+        out_h, out_p = np.concatenate([old_h[keep], out_h]), np.concatenate([old_p[keep], out_p])
+        o = np.argsort(out_h, kind="stable")
+        out_h, out_p = out_h[o], out_p[o]
     store.write_table(_prior_file(store, round_no),
-                      pa.table({"url_hash": pa.array(hashes[order], pa.uint64()), "prior": pa.array(prior[order])}))
+                      pa.table({"url_hash": pa.array(out_h, pa.uint64()), "prior": pa.array(out_p)}))
     return prior, {"path": save(store, round_no, model), **model.metrics, **refit}
 
 
-__all__ = ["PriorModel", "features", "fit", "for_round", "host_codes", "host_rate", "predict", "save",
+__all__ = ["PriorModel", "features", "fit", "for_round", "host_codes", "host_rate", "predict", "refit_due", "save",
            "url_documents"]

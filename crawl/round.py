@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from crawl import crawldb, frontier, schedule, seen
 from crawl.config import ConfigError, CrawlConfig
@@ -340,15 +341,41 @@ def _reprioritise(cfg: CrawlConfig, round_no: int, now: datetime | None) -> dict
         stats = {"round": round_no, **carried}
         store.write_json(store.round_dir(round_no, "reprioritise.json"), stats)
         return stats
-    merged = store.read_tables(
-        [store.round_dir(round_no, "merged", f"shard={s:02d}.parquet") for s in range(cfg.url_shards)],
-        crawldb.CRAWLDB_SCHEMA,
-    )
-    scheduled, stats = schedule.reprioritise(cfg, store, round_no, merged, now)
-    crawldb.write(store, round_no, cfg.url_shards, scheduled)
+    from crawl.update import delta_path
+
+    shards = range(cfg.url_shards)
+    deltas = [store.read_table(delta_path(store, round_no, s), crawldb.CRAWLDB_SCHEMA) for s in shards]
+    others = None
+    if schedule.incremental_round(cfg, store, round_no):
+        others = _untouched(store, round_no - 1, cfg.url_shards, deltas)
+        if not pc.any(pc.is_finite(others.column("importance"))).as_py():
+            others = None  # no row has an importance yet: the full PageRank runs, over every row
+    if others is not None:
+        # rescore the touched rows only, then splice them into N-1's shards, one shard at a time
+        scored, stats = schedule.reprioritise(cfg, store, round_no, pa.concat_tables(deltas), now, others)
+        scored = crawldb.conform(scored)
+        where = crawldb.shard_of(scored.column("url_hash"), cfg.url_shards)
+        for s in shards:
+            part = scored.filter(pa.array(where == s))
+            crawldb.write_shard(store, round_no, s, crawldb.splice(crawldb.read_shard(store, round_no - 1, s), part))
+    else:
+        merged = pa.concat_tables([crawldb.splice(crawldb.read_shard(store, round_no - 1, s), deltas[s])
+                                   for s in shards])
+        scheduled, stats = schedule.reprioritise(cfg, store, round_no, merged, now)
+        crawldb.write(store, round_no, cfg.url_shards, scheduled)
     stats = {"round": round_no, **stats}
     store.write_json(store.round_dir(round_no, "reprioritise.json"), stats)
     return stats
+
+
+def _untouched(store: Store, version: int, shards: int, deltas: list[pa.Table]) -> pa.Table:
+    """:data:`schedule.CONTEXT_COLUMNS` of CrawlDb ``version``'s rows that are not in ``deltas``."""
+    parts = []
+    for s in range(shards):
+        t = crawldb.read_shard(store, version, s, schedule.CONTEXT_COLUMNS)
+        touched = seen.sorted_unique(deltas[s].column("url_hash").to_numpy())
+        parts.append(t.filter(pa.array(~seen.confirm(t.column("url_hash").to_numpy(), touched))))
+    return pa.concat_tables(parts)
 
 
 def publish(cfg: CrawlConfig, round_no: int, lease: Lease | None = None) -> dict[str, Any]:

@@ -139,13 +139,55 @@ def _threshold(values: np.ndarray, k: int) -> float:
     return float(np.partition(values, values.size - k)[values.size - k])
 
 
+# what reprioritise needs of the rows a round did not touch (see :func:`reprioritise`'s ``others``)
+CONTEXT_COLUMNS = ["url_hash", "status", "importance", "change_rate", "last_success_time", "fetch_time",
+                   "next_fetch_time"]
+INCREMENTAL_POLICIES = ("default", "estimator", "oracle")
+
+
+def incremental_round(cfg: CrawlConfig, store: Store, round_no: int) -> bool:
+    """Whether round ``round_no`` rescores only the rows it touched (see :func:`reprioritise`).
+
+    Between two full runs of PageRank and the prior (``importance_every_rounds`` /
+    ``prior_every_rounds`` > 1, off the cadence) nothing a row's schedule depends on changes unless the
+    round fetched it or gave it evidence: its importance and prior are kept, so its rate and next fetch
+    time are the ones it has. A full round (the default, every = 1) rescores every row."""
+    if cfg.schedule_policy not in INCREMENTAL_POLICIES or round_no <= 1:
+        return False
+    if rank.is_full_round(round_no, cfg.importance_every_rounds, np.ones(1)):
+        return False
+    return cfg.schedule_policy != "default" or not prior_mod.refit_due(store, round_no, cfg.prior_every_rounds)
+
+
+def _others_value(cfg: CrawlConfig, others: pa.Table, now_s: float, spacing_s: float) -> tuple[np.ndarray, np.ndarray]:
+    """(re-fetch value, is-content) of untouched rows, from their stored rate and importance."""
+    status = others.column("status")
+    content = pc.fill_null(pc.is_in(status, pa.array(["fetched", "not_modified", "duplicate", "near_duplicate"])),
+                           False).to_numpy(zero_copy_only=False)
+    success_s, fetch_s = _secs(others.column("last_success_time")), _secs(others.column("fetch_time"))
+    last = np.where(np.isnan(success_s), fetch_s, success_s)
+    t_next = np.where(np.isnan(last), 0.0, np.maximum(now_s + spacing_s - last, 0.0) / DAY)
+    weight = np.ones(others.num_rows) if cfg.schedule_policy == "estimator" else _num(others, "importance", 1.0)
+    rate = _num(others, "change_rate", 1.0 / 7.0)
+    return weight * utility(rate, t_next), content
+
+
 def reprioritise(cfg: CrawlConfig, store: Store, round_no: int, db: pa.Table,
-                 now: datetime) -> tuple[pa.Table, dict[str, Any]]:
-    """CrawlDb version ``round_no`` from the merged rows: status, rates, importance, priority, next time."""
+                 now: datetime, others: pa.Table | None = None) -> tuple[pa.Table, dict[str, Any]]:
+    """CrawlDb version ``round_no`` from the merged rows: status, rates, importance, priority, next time.
+
+    ``others`` (columns :data:`CONTEXT_COLUMNS`): the rows of the crawl the round did not touch, in an
+    :func:`incremental_round`. Then ``db`` holds only the touched rows and only they are rescored; the
+    others keep their schedule and count only where the round's choices are global -- the refetch
+    threshold τ (the budget's marginal value over *all* content rows) and the pool of unfetched URLs.
+    Host-level statistics (Last-Modified trust, the prior's host pooling of new rows) then come from
+    the touched rows only."""
     now_s = now.timestamp()
     n = db.num_rows
     policy = cfg.schedule_policy
     status_col = db.column("status")
+    if others is not None and policy not in INCREMENTAL_POLICIES:
+        raise ValueError(f"schedule_policy {policy!r} rescores every row: no incremental round")
 
     def is_status(*values: str) -> np.ndarray:
         return pc.fill_null(pc.is_in(status_col, pa.array(values)), False).to_numpy(zero_copy_only=False)
@@ -166,7 +208,7 @@ def reprioritise(cfg: CrawlConfig, store: Store, round_no: int, db: pa.Table,
                                    _lastmod_age_days(db, success_s) if policy == "default" else np.full(n, np.nan))
     if policy == "default":
         prior, stats["model"] = prior_mod.for_round(store, round_no, db, events, exposure, checks,
-                                                    cfg.prior_every_rounds)
+                                                    cfg.prior_every_rounds, partial=others is not None)
     else:
         total = float(exposure.sum())
         prior = np.full(n, events.sum() / total if total > 0 else 1.0 / 7.0)
@@ -176,9 +218,14 @@ def reprioritise(cfg: CrawlConfig, store: Store, round_no: int, db: pa.Table,
         rate = np.where(np.isnan(true), rate, np.clip(true, cr.MIN_RATE, cr.MAX_RATE))
 
     # ---- importance ----
-    importance, inlinks, stats["importance"] = rank.for_round(
-        store, round_no, db.column("url_hash").to_numpy(), _num(db, "importance", np.nan), _num(db, "inlinks"),
-        cfg.importance_every_rounds)
+    if others is None:
+        importance, inlinks, stats["importance"] = rank.for_round(
+            store, round_no, db.column("url_hash").to_numpy(), _num(db, "importance", np.nan), _num(db, "inlinks"),
+            cfg.importance_every_rounds)
+    else:  # the linkers of new rows are pages fetched this round: touched rows, all in ``db``
+        importance, inlinks = rank.incremental(store, round_no, db.column("url_hash").to_numpy(),
+                                               _num(db, "importance", np.nan), _num(db, "inlinks"))
+        stats["importance"] = "incremental"
     if policy in ("estimator", "uniform"):
         weight = np.ones(n)
     else:
@@ -197,6 +244,11 @@ def reprioritise(cfg: CrawlConfig, store: Store, round_no: int, db: pa.Table,
     # ---- re-fetch value and next fetch time of content rows ----
     interval_s = _num(db, "fetch_interval_s", np.nan)
     fresh_pool = int((is_status("unfetched", "deferred")).sum())
+    other_value, other_content = np.empty(0), np.empty(0, bool)
+    if others is not None:
+        fresh_pool += int(pc.sum(pc.fill_null(pc.is_in(others.column("status"), pa.array(["unfetched", "deferred"])),
+                                              False).cast(pa.int64())).as_py() or 0)
+        other_value, other_content = _others_value(cfg, others, now_s, spacing_s)
     refetch_budget = cfg.max_pages - min(fresh_pool, round(cfg.coverage_share * cfg.max_pages))
     nxt_content = np.full(n, now_s)
     if policy == "uniform":
@@ -207,7 +259,8 @@ def reprioritise(cfg: CrawlConfig, store: Store, round_no: int, db: pa.Table,
                                          spacing_s)
     else:
         value = weight * utility(rate, t_next)
-        tau = _threshold(value[content], int(DUE_FACTOR * refetch_budget))
+        tau = _threshold(np.concatenate([value[content], other_value[other_content]]),
+                         int(DUE_FACTOR * refetch_budget))
         stats["tau"] = tau if np.isfinite(tau) else None
         if np.isfinite(tau):
             t_star = time_to_utility(rate, tau / np.maximum(weight, 1e-12))
@@ -243,9 +296,13 @@ def reprioritise(cfg: CrawlConfig, store: Store, round_no: int, db: pa.Table,
         ("fetch_interval_s", pa.array(interval_s, mask=np.isnan(interval_s))),
     ):
         out = out.set_column(out.schema.get_field_index(name), name, arr)
-    stats.update({"gone_now": int(gone_now.sum()), "known": n,
-                  "due_next": int(np.sum(~np.isnan(nxt) & (nxt <= now_s + spacing_s))),
-                  "refetch_budget": int(refetch_budget),
+    due_next = int(np.sum(~np.isnan(nxt) & (nxt <= now_s + spacing_s)))
+    if others is not None:
+        other_next = _secs(others.column("next_fetch_time"))
+        due_next += int(np.sum(~np.isnan(other_next) & (other_next <= now_s + spacing_s)))
+        stats["rescored"] = n
+    stats.update({"gone_now": int(gone_now.sum()), "known": n + (others.num_rows if others is not None else 0),
+                  "due_next": due_next, "refetch_budget": int(refetch_budget),
                   "mean_rate_content": float(rate[content].mean()) if content.any() else None})
     return out, stats
 
