@@ -120,22 +120,58 @@ def near_duplicate_pairs(
     return result.cast(NEARDUP_SCHEMA)
 
 
+def _contiguous(mask: int) -> tuple[int, int] | None:
+    """(shift, width) when ``mask``'s bits are one run of at most 24 bits, else None."""
+    m = mask & ((1 << 64) - 1)
+    if m == 0:
+        return None
+    shift = (m & -m).bit_length() - 1
+    run = m >> shift
+    width = run.bit_length()
+    return (shift, width) if run == (1 << width) - 1 and width <= 24 else None
+
+
 def candidates(existing: np.ndarray, new: np.ndarray, k: int = 3, *, blocks: int | None = None) -> np.ndarray:
-    """Mask of the ``existing`` fingerprints that share a masked key with some ``new`` one -- the only
-    ones :func:`near_duplicate_pairs` can pair with a new page (every pair it finds agrees exactly on
-    one of :func:`block_masks`). Filtering a crawl's 10^7 stored fingerprints down to these with one
-    sorted lookup per mask keeps the join proportional to the round's pages, not to the crawl."""
+    """Mask of the ``existing`` fingerprints within Hamming distance ``k`` of some ``new`` one: the only
+    stored pages :func:`near_duplicate_pairs` can pair with a new page. The pigeonhole lookup as
+    there (a pair agrees exactly on one of :func:`block_masks`), in NumPy: per mask a table lookup of
+    every stored fingerprint's block (or a sorted search when the mask is not one run of bits), then
+    the distance of each candidate pair. A round's few thousand pages against a crawl's 10^7 stored
+    fingerprints costs a pass over one int64 column, not a join of every stored value.
+
+    Passing only these to :func:`near_duplicate_pairs` finds the same pairs, except that its
+    ``max_bucket`` cut counts fewer values per bucket, so it can only skip less."""
     existing = np.asarray(existing, np.int64)
-    new = np.asarray(new, np.int64)
+    new = np.unique(np.asarray(new, np.int64))
     keep = np.zeros(existing.size, bool)
     if new.size == 0 or existing.size == 0:
         return keep
     for mask in block_masks(k, blocks):
         m = np.int64(mask)
-        keys = np.unique(new & m)
-        ex = existing & m
-        i = np.searchsorted(keys, ex).clip(0, keys.size - 1)
-        keep |= keys[i] == ex
+        keys = new & m
+        order = np.argsort(keys, kind="stable")
+        sk, sv = keys[order], new[order]
+        run = _contiguous(mask)
+        if run is not None:  # one gather per stored value into a table of the new blocks
+            shift, width = run
+            lim = np.uint64((1 << width) - 1)
+            table = np.zeros(1 << width, bool)
+            table[((sk.view(np.uint64) >> np.uint64(shift)) & lim).astype(np.int64)] = True
+            hit = np.flatnonzero(table[((existing.view(np.uint64) >> np.uint64(shift)) & lim).astype(np.int64)])
+        else:
+            ek = existing & m
+            i = np.searchsorted(sk, ek).clip(0, sk.size - 1)
+            hit = np.flatnonzero(sk[i] == ek)
+        if hit.size == 0:
+            continue
+        ek = existing[hit] & m
+        lo, hi = np.searchsorted(sk, ek, "left"), np.searchsorted(sk, ek, "right")
+        n_pairs = hi - lo
+        ex_i = np.repeat(hit, n_pairs)
+        starts = np.repeat(lo - np.cumsum(np.r_[0, n_pairs[:-1]]), n_pairs)
+        new_v = sv[starts + np.arange(ex_i.size)]
+        close = np.bitwise_count((existing[ex_i] ^ new_v).view(np.uint64)) <= k  # of the bits, not of abs()
+        keep[ex_i[close]] = True
     return keep
 
 

@@ -15,7 +15,7 @@ Layout under the root (a local folder or any fsspec URL such as ``s3://bucket/pr
     state/crawl=ID/CURRENT.json                               {"round": N} -- the only commit
     state/crawl=ID/crawldb/v=NNNNN/shard=SS.parquet           CrawlDb version N
     state/crawl=ID/seen/v=NNNNN/shard=SS.{parquet,bloom}      seen-set and Bloom filter
-    state/crawl=ID/digests/v=NNNNN.parquet                    first capture of each payload digest
+    state/crawl=ID/digests/v=NNNNN.parquet                    digests first captured in round N (table N: v ≤ N)
     state/crawl=ID/robots/v=NNNNN.parquet                     robots.txt cache (TTL)
     state/crawl=ID/rounds/NNNNN/...                           per-round working files + manifest.json
     state/crawl=ID/rounds/NNNNN/staged/<any path above>       a round's outputs until it is published

@@ -179,7 +179,7 @@ def carry_forward(cfg: CrawlConfig, store: Store, round_no: int) -> dict[str, An
         return None
     rels = [(store.seen_file(prev, s, ext), store.seen_file(round_no, s, ext))
             for s in range(cfg.url_shards) for ext in ("parquet", "bloom")]
-    rels += [(store.digests_file(prev), store.digests_file(round_no)), (store.robots_file(prev), store.robots_file(round_no))]
+    rels += [(store.robots_file(prev), store.robots_file(round_no))]  # the digest table gained no file
     for src, dst in rels:
         if store.exists(src):
             store.write_bytes(dst, store.read_bytes(src))
@@ -577,21 +577,24 @@ def _rows_of(store: Store, version: int, shard: int, hashes: np.ndarray) -> pa.T
 
 # ---- digest table and robots cache --------------------------------------------------------------------
 def _write_digests(store: Store, round_no: int, fetched: pa.Table) -> None:
-    prev = round_no - 1
-    old = store.read_table(store.digests_file(prev), DIGESTS_SCHEMA) if prev > 0 and \
-        store.exists(store.digests_file(prev)) else DIGESTS_SCHEMA.empty_table()
+    """The digests first captured this round (crawl.digests: version N's table is the files of rounds
+    1..N), found by a semi-join of the round's digests against the earlier files' digest column."""
+    from crawl.digests import digest_files
+
     con = duckdb.connect()
-    con.register("old", old)
     con.register("f", fetched)
-    t = con.sql("""
-        SELECT payload_digest, arg_min(url, (fetch_time, url)) AS url, min(fetch_time) AS fetch_time FROM (
-            SELECT payload_digest, url, fetch_time FROM old
-            UNION ALL
-            SELECT payload_digest, url, fetch_time FROM f
-            WHERE status = 'fetched' AND warc_type = 'response' AND subset = 'warc' AND payload_digest IS NOT NULL
-              AND payload_digest NOT IN (SELECT payload_digest FROM old)
-        ) GROUP BY 1 ORDER BY 1
-    """).to_arrow_table()
+    con.execute("""
+        CREATE TEMP TABLE cur AS
+        SELECT payload_digest, arg_min(url, (fetch_time, url)) AS url, min(fetch_time) AS fetch_time FROM f
+        WHERE status = 'fetched' AND warc_type = 'response' AND subset = 'warc' AND payload_digest IS NOT NULL
+        GROUP BY 1
+    """)
+    rels = digest_files(store, round_no - 1)
+    old = "SELECT NULL::VARCHAR AS payload_digest WHERE false" if not rels else \
+        "SELECT payload_digest FROM read_parquet([" + ", ".join(f"'{p}'" for p in store.duckdb_paths(con, rels)) + \
+        "]) WHERE payload_digest IN (SELECT payload_digest FROM cur)"
+    t = con.sql(f"SELECT * FROM cur WHERE payload_digest NOT IN ({old}) ORDER BY 1").to_arrow_table()
+    con.close()
     store.write_table(store.digests_file(round_no), t.cast(DIGESTS_SCHEMA))
 
 

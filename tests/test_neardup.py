@@ -8,7 +8,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from crawl.neardup import NEARDUP_SCHEMA, block_masks, minhash_pairs, near_duplicate_pairs
+from crawl.neardup import NEARDUP_SCHEMA, block_masks, candidates, minhash_pairs, near_duplicate_pairs
 
 
 def _table(hashes: np.ndarray, sims: np.ndarray) -> pa.Table:
@@ -107,6 +107,19 @@ def test_matches_brute_force_all_pairs(blocks: int | None) -> None:
     assert found > 200 and missed > 150
     assert result.column("url_hash").to_pylist() == sorted(got)
     assert max(result.column("distance").to_pylist()) <= 3
+
+
+@pytest.mark.parametrize(("k", "blocks"), [(3, None), (3, 6), (2, None), (5, 7)])
+def test_candidates_are_the_stored_pages_within_k_and_change_no_answer(k: int, blocks: int | None) -> None:
+    """candidates(): exactly the stored fingerprints within k of a new one (all pairs by brute force),
+    and the search over those alone gives the answer the search over every stored page gives."""
+    new, existing, _ = _planted(seed=5)
+    es, ns = existing.column("simhash").to_numpy(), new.column("simhash").to_numpy()
+    want = np.bitwise_count(es.view(np.uint64)[:, None] ^ ns.view(np.uint64)[None, :]).min(axis=1) <= k
+    got = candidates(es, ns, k, blocks=blocks)
+    assert want.sum() > 100 and np.array_equal(got, want)
+    assert _as_dict(near_duplicate_pairs(new, existing.filter(pa.array(got)), k=k, blocks=blocks)) == \
+        _as_dict(near_duplicate_pairs(new, existing, k=k, blocks=blocks))
 
 
 def test_other_k_values_match_brute_force() -> None:
