@@ -89,15 +89,16 @@ GENERATE_COLUMNS = ("url", "url_hash", "host", "pkey", "depth", "priority", "eta
 
 
 def read_due(store: Store, version: int, shards: int, now: datetime,
-             skip_status: tuple[str, ...] = ("gone", "filtered")) -> tuple[pa.Table, np.ndarray]:
-    """(rows due at ``now`` with :data:`GENERATE_COLUMNS`, URL hashes of all rows not in ``skip_status``).
+             skip_status: tuple[str, ...] = ("gone", "filtered"),
+             columns: tuple[str, ...] = GENERATE_COLUMNS) -> tuple[pa.Table, np.ndarray]:
+    """(rows due at ``now`` with ``columns``, URL hashes of all rows not in ``skip_status``).
 
     The filter and the projection run in DuckDB over the Parquet shards, so generate holds the
     round's candidates, not the whole CrawlDb (every column of every row cost seconds and a GiB at
     1 M URLs).
     """
     if version <= 0:
-        return CRAWLDB_SCHEMA.empty_table().select(list(GENERATE_COLUMNS)), np.empty(0, np.uint64)
+        return CRAWLDB_SCHEMA.empty_table().select(list(columns)), np.empty(0, np.uint64)
     import duckdb
 
     con = duckdb.connect()
@@ -107,11 +108,11 @@ def read_due(store: Store, version: int, shards: int, now: datetime,
     known = con.execute(f"SELECT url_hash FROM {src} WHERE status IS NULL OR status NOT IN ({skip})"
                         ).fetchnumpy()["url_hash"]
     due = con.execute(f"""
-        SELECT {", ".join(GENERATE_COLUMNS)} FROM {src}
+        SELECT {", ".join(columns)} FROM {src}
         WHERE (status IS NULL OR status NOT IN ({skip})) AND (next_fetch_time IS NULL OR next_fetch_time <= $now)
     """, {"now": now}).to_arrow_table()
     con.close()
-    schema = pa.schema([CRAWLDB_SCHEMA.field(c) for c in GENERATE_COLUMNS])
+    schema = pa.schema([CRAWLDB_SCHEMA.field(c) for c in columns])
     return due.cast(schema), np.asarray(known, np.uint64)
 
 

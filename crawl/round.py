@@ -147,7 +147,9 @@ def _generate(cfg: CrawlConfig, now: datetime | None) -> dict[str, Any]:
     if done is not None:
         return done
     # due rows only (filtered and projected in DuckDB over the shards), and every live URL's hash
-    db, known_hashes = crawldb.read_due(store, n - 1, cfg.url_shards, now)
+    # every column of the due rows: the selected ones are what update merges this round's fetches into
+    due_rows, known_hashes = crawldb.read_due(store, n - 1, cfg.url_shards, now, columns=tuple(crawldb.CRAWLDB_SCHEMA.names))
+    db = due_rows.select(list(crawldb.GENERATE_COLUMNS))
     inject_rel = store.round_dir(n, "inject.parquet")
     cands = [db]
     if store.exists(inject_rel):
@@ -166,6 +168,8 @@ def _generate(cfg: CrawlConfig, now: datetime | None) -> dict[str, Any]:
         selected = frontier.cap_keys(cfg, selected, delays)  # one queue: one round's worth per address
         ip_stats["over_cap"] = before - selected.num_rows
     parts = frontier.split(cfg, selected)
+    picked = pc.is_in(due_rows.column("url_hash"), value_set=selected.column("url_hash").combine_chunks())
+    store.write_table(store.round_dir(n, "selected.parquet"), due_rows.filter(picked))  # before generate.json
     paths = []
     for k, t in enumerate(parts):
         rel = store.part_file(n, "fetchlist", k)

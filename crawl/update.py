@@ -453,7 +453,7 @@ def merge_shard(cfg: CrawlConfig, round_no: int, shard: int) -> dict[str, Any]:
     new = store.read_table(_shard_rel(store, round_no, "new", shard), crawldb.CRAWLDB_SCHEMA)
     evidence = store.read_table(_shard_rel(store, round_no, "sitemap", shard), SITEMAP_EVIDENCE_SCHEMA)
     touched_all = np.concatenate([fupd.column("url_hash").to_numpy(), evidence.column("url_hash").to_numpy()])
-    db = _rows_of(store, prev, shard, touched_all)
+    db = _touched_rows(cfg, store, round_no, shard, touched_all)
     k = cfg.simhash_max_distance
     # a degraded round (crawl.health) says more about our reach than about the URL: no retry step
     retry_step = 0 if (store.read_json(store.round_dir(round_no, "health.json")) or {}).get("degraded") else 1
@@ -559,6 +559,30 @@ def merge_shard(cfg: CrawlConfig, round_no: int, shard: int) -> dict[str, Any]:
     vc = pc.value_counts(upd.column("status")).to_pylist() if upd.num_rows else []
     return {"shard": shard, "known": known, "status": {d["values"]: int(d["counts"]) for d in vc},
             "changed": int(pc.sum(pc.fill_null(changed.cast(pa.int64()), 0)).as_py() or 0)}
+
+
+def _touched_rows(cfg: CrawlConfig, store: Store, round_no: int, shard: int, hashes: np.ndarray) -> pa.Table:
+    """The rows of CrawlDb N-1's ``shard`` whose url_hash is in ``hashes``.
+
+    Most are rows generate selected, which it saved whole (``rounds/N/selected.parquet``); the rest
+    (redirect hops, sitemap evidence) are looked up in the shard only when its seen-set knows them."""
+    prev = round_no - 1
+    if prev <= 0 or hashes.size == 0:
+        return crawldb.CRAWLDB_SCHEMA.empty_table()
+    want = seen.sorted_unique(hashes)
+    sel_rel = store.round_dir(round_no, "selected.parquet")
+    got = crawldb.CRAWLDB_SCHEMA.empty_table()
+    if store.exists(sel_rel):
+        sel = store.read_table(sel_rel, crawldb.CRAWLDB_SCHEMA)
+        got = sel.filter(pa.array(seen.confirm(sel.column("url_hash").to_numpy(), want)))
+        want = want[~seen.confirm(want, seen.sorted_unique(got.column("url_hash").to_numpy()))]
+    if want.size:
+        seen_rel = store.seen_file(prev, shard, "parquet")
+        if store.exists(seen_rel):
+            want = want[seen.confirm(want, seen.read_seen(store.url(seen_rel)))]
+        if want.size:
+            got = pa.concat_tables([got, _rows_of(store, prev, shard, want)])
+    return got
 
 
 def _rows_of(store: Store, version: int, shard: int, hashes: np.ndarray) -> pa.Table:
