@@ -152,25 +152,49 @@ def read_shard(store: Store, version: int, shard: int, columns: list[str] | None
     return table.cast(schema) if table.schema != schema else table
 
 
+SPLICE_SLICES_MAX = 50_000  # delta rows up to which splice assembles zero-copy slices instead of a take
+
+
 def splice(base: pa.Table, delta: pa.Table) -> pa.Table:
     """``base`` (sorted by url_hash) with the rows of ``delta`` replacing or joining it, sorted by url_hash.
 
-    A round changes a few thousand rows of a shard of millions: the rows are put in place by index
-    (one sort of the hash column and one take), not by a join or a sort of the whole table."""
+    A round changes a few thousand rows of a shard of millions: the result is assembled from
+    zero-copy slices of ``base`` between the changed positions and single rows of ``delta`` (a take
+    of the whole shard was 2.5 s of every 2.5 M-row shard); a large delta is put in place by one take."""
     if delta.num_rows == 0:
         return base
-    hb = base.column("url_hash").to_numpy()
+    delta = delta.select(base.column_names).cast(base.schema)
     hd = delta.column("url_hash").to_numpy()
-    kept = np.flatnonzero(~np.isin(hb, hd))
-    idx = np.concatenate([kept, hb.size + np.arange(hd.size)])
-    keys = np.concatenate([hb[kept], hd])
-    order = idx[np.argsort(keys, kind="stable")]
-    return pa.concat_tables([base, delta.select(base.column_names).cast(base.schema)]).take(pa.array(order))
+    od = np.argsort(hd, kind="stable")
+    if not np.array_equal(od, np.arange(hd.size)):
+        delta, hd = delta.take(pa.array(od)), hd[od]
+    hb = base.column("url_hash").to_numpy()
+    pos = np.searchsorted(hb, hd)
+    replaced = (pos < hb.size) & (hb[np.minimum(pos, hb.size - 1)] == hd) if hb.size else np.zeros(hd.size, bool)
+    if hd.size > SPLICE_SLICES_MAX:
+        kept = np.ones(hb.size, bool)
+        kept[pos[replaced]] = False
+        idx = np.concatenate([np.flatnonzero(kept), hb.size + np.arange(hd.size)])
+        keys = np.concatenate([hb[kept], hd])
+        return pa.concat_tables([base, delta]).take(pa.array(idx[np.argsort(keys, kind="stable")]))
+    pieces, start = [], 0
+    for i in range(hd.size):  # delta row i goes before base row pos[i] (and replaces it when equal)
+        p = int(pos[i])
+        if p > start:
+            pieces.append(base.slice(start, p - start))
+        pieces.append(delta.slice(i, 1))
+        start = max(start, p + 1 if replaced[i] else p)
+    if start < hb.size:
+        pieces.append(base.slice(start))
+    return pa.concat_tables(pieces)
 
 
 # columns worth a Parquet dictionary (few distinct values); URLs, digests and the like are not, and
 # trying a dictionary on them first was ~40 % of writing a shard
 DICTIONARY_COLUMNS = ["host", "pkey", "source", "status", "sitemap_changefreq"]
+# every round rewrites every shard: Snappy wrote a 2.5 M-row shard in 4.0 s and read it in 2.6 s
+# where zstd took 6.3 s and 5.6 s (files 1.4x larger)
+SHARD_COMPRESSION = "snappy"
 
 
 def write_shard(store: Store, version: int, shard: int, table: pa.Table) -> str:
@@ -178,7 +202,7 @@ def write_shard(store: Store, version: int, shard: int, table: pa.Table) -> str:
     import pyarrow.parquet as pq
 
     sink = pa.BufferOutputStream()
-    pq.write_table(table, sink, compression="zstd", use_dictionary=DICTIONARY_COLUMNS)
+    pq.write_table(table, sink, compression=SHARD_COMPRESSION, use_dictionary=DICTIONARY_COLUMNS)
     path = shard_path(store, version, shard)
     store.write_bytes(path, sink.getvalue().to_pybytes())
     return path

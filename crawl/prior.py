@@ -241,11 +241,12 @@ def for_round(store: Store, round_no: int, db: pa.Table, events: np.ndarray, exp
     model.metrics.setdefault("fit_round", round_no)
     order = np.argsort(hashes)
     out_h, out_p = hashes[order], prior[order]
-    if partial and old_h is not None and old_h.size:
-        keep = ~np.isin(old_h, out_h)
-        out_h, out_p = np.concatenate([old_h[keep], out_h]), np.concatenate([old_p[keep], out_p])
-        o = np.argsort(out_h, kind="stable")
-        out_h, out_p = out_h[o], out_p[o]
+    if partial and old_h is not None and old_h.size:  # old_h is sorted: replace in place, insert the rest
+        pos = np.searchsorted(old_h, out_h)
+        hit = (pos < old_h.size) & (old_h[np.minimum(pos, old_h.size - 1)] == out_h)
+        merged_p = old_p.copy()
+        merged_p[pos[hit]] = out_p[hit]
+        out_h, out_p = np.insert(old_h, pos[~hit], out_h[~hit]), np.insert(merged_p, pos[~hit], out_p[~hit])
     store.write_table(_prior_file(store, round_no),
                       pa.table({"url_hash": pa.array(out_h, pa.uint64()), "prior": pa.array(out_p)}))
     return prior, {"path": save(store, round_no, model), **model.metrics, **refit}
