@@ -18,6 +18,7 @@ from pathlib import Path
 import duckdb
 import pyarrow as pa
 
+from crawl import crawldb
 from crawl.store import Store
 
 SQL_DIR = Path(__file__).resolve().parent.parent / "include" / "sql"
@@ -50,6 +51,9 @@ def connect(root: str, crawl_id: str) -> duckdb.DuckDBPyConnection:
     cid = crawl_id.replace("'", "")
     view("pages", f"index/crawl={cid}/*/*.parquet", f"index/crawl={cid}", f"WHERE round <= {current}", hive=True)
     view("crawldb", f"{store.crawldb_dir(current)}/*.parquet", store.crawldb_dir(current) if current else "-")
+    shards = len([r for r in store.ls(store.crawldb_dir(current)) if r.endswith(".parquet")]) if current else 0
+    if crawldb.overlays(store, current, shards):  # base files + the overlays of an incremental round
+        con.execute(f"CREATE OR REPLACE VIEW crawldb AS SELECT * FROM {crawldb.source_sql(store, con, current, shards)}")
     view("links", f"links/crawl={cid}/*/*.parquet", f"links/crawl={cid}", f"WHERE round <= {current}")
     view("text", f"text/crawl={cid}/*/*.parquet", f"text/crawl={cid}", f"WHERE round <= {current}")
     view("images", f"images/crawl={cid}/*/*.parquet", f"images/crawl={cid}", f"WHERE round <= {current}")

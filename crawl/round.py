@@ -349,44 +349,23 @@ def _reprioritise(cfg: CrawlConfig, round_no: int, now: datetime | None) -> dict
 
     shards = range(cfg.url_shards)
     deltas = [store.read_table(delta_path(store, round_no, s), crawldb.CRAWLDB_SCHEMA) for s in shards]
-    bases = [crawldb.read_shard(store, round_no - 1, s) for s in shards]  # N-1, each shard read once
-    others = None
-    if schedule.incremental_round(cfg, store, round_no):
-        others = _untouched(bases, deltas)
-        if not pc.any(pc.is_finite(others.column("importance"))).as_py():
-            others = None  # no row has an importance yet: the full PageRank runs, over every row
+    touched = np.concatenate([d.column("url_hash").to_numpy() for d in deltas])
+    others = schedule.untouched(cfg, store, round_no, touched, now)
     if others is not None:
-        # rescore the touched rows only, then splice them into N-1's shards
+        # rescore the touched rows only; each shard of N is N-1's base file plus a grown overlay
         scored, stats = schedule.reprioritise(cfg, store, round_no, pa.concat_tables(deltas), now, others)
-        del others
         scored = crawldb.conform(scored)
         where = crawldb.shard_of(scored.column("url_hash"), cfg.url_shards)
         for s in shards:
-            part = scored.filter(pa.array(where == s))
-            crawldb.write_shard(store, round_no, s, crawldb.splice(bases[s], part))
-            bases[s] = None  # type: ignore[call-overload]  # free the shard before the next
-    else:
-        merged = pa.concat_tables([crawldb.splice(bases[s], deltas[s]) for s in shards])
-        del bases
+            crawldb.write_overlay(store, round_no, s, scored.filter(pa.array(where == s)))
+    else:  # every row rescored: N is written whole (folding in any overlay of N-1)
+        merged = pa.concat_tables([crawldb.splice(crawldb.read_shard(store, round_no - 1, s), deltas[s])
+                                   for s in shards])
         scheduled, stats = schedule.reprioritise(cfg, store, round_no, merged, now)
         crawldb.write(store, round_no, cfg.url_shards, scheduled)
     stats = {"round": round_no, **stats}
     store.write_json(store.round_dir(round_no, "reprioritise.json"), stats)
     return stats
-
-
-def _untouched(bases: list[pa.Table], deltas: list[pa.Table]) -> pa.Table:
-    """:data:`schedule.CONTEXT_COLUMNS` of the shards' rows that are not in their ``deltas``."""
-    parts = []
-    for base, delta in zip(bases, deltas, strict=True):
-        t = base.select(schedule.CONTEXT_COLUMNS)
-        hb = t.column("url_hash").to_numpy()
-        drop = np.zeros(hb.size, bool)
-        hd = delta.column("url_hash").to_numpy()
-        pos = np.searchsorted(hb, hd).clip(0, max(hb.size - 1, 0))  # shards are sorted by url_hash
-        drop[pos[hb[pos] == hd] if hb.size else pos[:0]] = True
-        parts.append(t.filter(pa.array(~drop)) if drop.any() else t)
-    return pa.concat_tables(parts)
 
 
 def publish(cfg: CrawlConfig, round_no: int, lease: Lease | None = None) -> dict[str, Any]:

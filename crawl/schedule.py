@@ -26,6 +26,7 @@ become ``gone`` after the last try.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -139,14 +140,23 @@ def _threshold(values: np.ndarray, k: int) -> float:
     return float(np.partition(values, values.size - k)[values.size - k])
 
 
-# what reprioritise needs of the rows a round did not touch (see :func:`reprioritise`'s ``others``)
-CONTEXT_COLUMNS = ["url_hash", "status", "importance", "change_rate", "last_success_time", "fetch_time",
-                   "next_fetch_time"]
 INCREMENTAL_POLICIES = ("default", "estimator", "oracle")
 
 
+@dataclass(frozen=True)
+class Untouched:
+    """What an incremental round needs of the rows it does not rescore (counted by DuckDB over the
+    CrawlDb, never loaded): how many, how many wait for a first fetch (the coverage pool), how many
+    are due by the next round, and the refetch threshold τ of the last full rescoring."""
+    rows: int
+    fresh: int
+    due_next: int
+    tau: float
+    tau_round: int
+
+
 def incremental_round(cfg: CrawlConfig, store: Store, round_no: int) -> bool:
-    """Whether round ``round_no`` rescores only the rows it touched (see :func:`reprioritise`).
+    """Whether round ``round_no`` may rescore only the rows it touched (see :func:`reprioritise`).
 
     Between two full runs of PageRank and the prior (``importance_every_rounds`` /
     ``prior_every_rounds`` > 1, off the cadence) nothing a row's schedule depends on changes unless the
@@ -159,29 +169,53 @@ def incremental_round(cfg: CrawlConfig, store: Store, round_no: int) -> bool:
     return cfg.schedule_policy != "default" or not prior_mod.refit_due(store, round_no, cfg.prior_every_rounds)
 
 
-def _others_value(cfg: CrawlConfig, others: pa.Table, now_s: float, spacing_s: float) -> tuple[np.ndarray, np.ndarray]:
-    """(re-fetch value, is-content) of untouched rows, from their stored rate and importance."""
-    status = others.column("status")
-    content = pc.fill_null(pc.is_in(status, pa.array(["fetched", "not_modified", "duplicate", "near_duplicate"])),
-                           False).to_numpy(zero_copy_only=False)
-    success_s, fetch_s = _secs(others.column("last_success_time")), _secs(others.column("fetch_time"))
-    last = np.where(np.isnan(success_s), fetch_s, success_s)
-    t_next = np.where(np.isnan(last), 0.0, np.maximum(now_s + spacing_s - last, 0.0) / DAY)
-    weight = np.ones(others.num_rows) if cfg.schedule_policy == "estimator" else _num(others, "importance", 1.0)
-    rate = _num(others, "change_rate", 1.0 / 7.0)
-    return weight * utility(rate, t_next), content
+def last_tau(store: Store, round_no: int) -> tuple[float, int] | None:
+    """(τ, the round that computed it) of the newest rescoring before ``round_no`` (rounds carried
+    forward skipped); None when that rescoring set no threshold."""
+    for r in range(round_no - 1, 0, -1):
+        st = store.read_json(store.round_dir(r, "reprioritise.json"), {})
+        if st.get("carried_forward"):
+            continue
+        tau = st.get("tau")
+        return (float(tau), int(st.get("tau_round", r))) if tau is not None else None
+    return None
+
+
+def untouched(cfg: CrawlConfig, store: Store, round_no: int, touched: np.ndarray, now: datetime) -> Untouched | None:
+    """The :class:`Untouched` context of an incremental round, or None when the round must rescore
+    every row (off-cadence rounds only; and a τ from an earlier full rescoring must exist)."""
+    if not incremental_round(cfg, store, round_no):
+        return None
+    tau = last_tau(store, round_no)
+    if tau is None:
+        return None
+    import duckdb
+
+    con = duckdb.connect()
+    con.register("touched", pa.table({"url_hash": pa.array(np.unique(touched), pa.uint64())}))
+    src = crawldb.source_sql(store, con, round_no - 1, cfg.url_shards)
+    nxt = now.timestamp() + round_spacing_s(store, round_no, now.timestamp())
+    rows, fresh, due, with_importance = con.execute(f"""
+        SELECT count(*), count(*) FILTER (WHERE status IN ('unfetched', 'deferred')),
+               count(*) FILTER (WHERE next_fetch_time <= to_timestamp($nxt)),
+               count(*) FILTER (WHERE isfinite(importance))
+        FROM {src} WHERE url_hash NOT IN (SELECT url_hash FROM touched)
+    """, {"nxt": nxt}).fetchone()
+    con.close()
+    if not with_importance:
+        return None  # no row has an importance yet: the full PageRank runs, over every row
+    return Untouched(int(rows), int(fresh), int(due), tau[0], tau[1])
 
 
 def reprioritise(cfg: CrawlConfig, store: Store, round_no: int, db: pa.Table,
-                 now: datetime, others: pa.Table | None = None) -> tuple[pa.Table, dict[str, Any]]:
+                 now: datetime, others: Untouched | None = None) -> tuple[pa.Table, dict[str, Any]]:
     """CrawlDb version ``round_no`` from the merged rows: status, rates, importance, priority, next time.
 
-    ``others`` (columns :data:`CONTEXT_COLUMNS`): the rows of the crawl the round did not touch, in an
-    :func:`incremental_round`. Then ``db`` holds only the touched rows and only they are rescored; the
-    others keep their schedule and count only where the round's choices are global -- the refetch
-    threshold τ (the budget's marginal value over *all* content rows) and the pool of unfetched URLs.
-    Host-level statistics (Last-Modified trust, the prior's host pooling of new rows) then come from
-    the touched rows only."""
+    ``others`` (:func:`untouched`): in an :func:`incremental_round`, ``db`` holds only the rows the
+    round touched and only they are rescored; the others keep their schedule and count only in the
+    pool of unfetched URLs, and the refetch threshold τ is the last full rescoring's (the budget's
+    marginal value over every content row, recomputed on the cadence). Host-level statistics
+    (Last-Modified trust, the prior's host pooling of new rows) then come from the touched rows."""
     now_s = now.timestamp()
     n = db.num_rows
     policy = cfg.schedule_policy
@@ -244,11 +278,8 @@ def reprioritise(cfg: CrawlConfig, store: Store, round_no: int, db: pa.Table,
     # ---- re-fetch value and next fetch time of content rows ----
     interval_s = _num(db, "fetch_interval_s", np.nan)
     fresh_pool = int((is_status("unfetched", "deferred")).sum())
-    other_value, other_content = np.empty(0), np.empty(0, bool)
     if others is not None:
-        fresh_pool += int(pc.sum(pc.fill_null(pc.is_in(others.column("status"), pa.array(["unfetched", "deferred"])),
-                                              False).cast(pa.int64())).as_py() or 0)
-        other_value, other_content = _others_value(cfg, others, now_s, spacing_s)
+        fresh_pool += others.fresh
     refetch_budget = cfg.max_pages - min(fresh_pool, round(cfg.coverage_share * cfg.max_pages))
     nxt_content = np.full(n, now_s)
     if policy == "uniform":
@@ -259,8 +290,11 @@ def reprioritise(cfg: CrawlConfig, store: Store, round_no: int, db: pa.Table,
                                          spacing_s)
     else:
         value = weight * utility(rate, t_next)
-        tau = _threshold(np.concatenate([value[content], other_value[other_content]]),
-                         int(DUE_FACTOR * refetch_budget))
+        if others is None:
+            tau = _threshold(value[content], int(DUE_FACTOR * refetch_budget))
+        else:
+            tau = others.tau
+            stats["tau_round"] = others.tau_round
         stats["tau"] = tau if np.isfinite(tau) else None
         if np.isfinite(tau):
             t_star = time_to_utility(rate, tau / np.maximum(weight, 1e-12))
@@ -298,10 +332,9 @@ def reprioritise(cfg: CrawlConfig, store: Store, round_no: int, db: pa.Table,
         out = out.set_column(out.schema.get_field_index(name), name, arr)
     due_next = int(np.sum(~np.isnan(nxt) & (nxt <= now_s + spacing_s)))
     if others is not None:
-        other_next = _secs(others.column("next_fetch_time"))
-        due_next += int(np.sum(~np.isnan(other_next) & (other_next <= now_s + spacing_s)))
+        due_next += others.due_next
         stats["rescored"] = n
-    stats.update({"gone_now": int(gone_now.sum()), "known": n + (others.num_rows if others is not None else 0),
+    stats.update({"gone_now": int(gone_now.sum()), "known": n + (others.rows if others is not None else 0),
                   "due_next": due_next, "refetch_budget": int(refetch_budget),
                   "mean_rate_content": float(rate[content].mean()) if content.any() else None})
     return out, stats

@@ -131,6 +131,18 @@ class Store:
     def write_bytes(self, rel: str, data: bytes) -> None:
         atomic_write(self.fs, self.abs(rel), data)
 
+    def copy(self, src: str, dst: str) -> None:
+        """``dst`` as a copy of the immutable file ``src``: a hard link on local disk (no bytes moved),
+        else a byte copy; atomic either way (``dst`` is replaced, never written in place)."""
+        if self.fs.__class__.__name__ == "LocalFileSystem":
+            path = self.abs(dst)
+            self.fs.makedirs(os.path.dirname(path), exist_ok=True)
+            tmp = f"{path}.tmp-{uuid.uuid4().hex[:8]}"
+            os.link(self.abs(src), tmp)
+            os.replace(tmp, path)
+            return
+        self.write_bytes(dst, self.read_bytes(src))
+
     def read_bytes(self, rel: str) -> bytes:
         return self.fs.cat_file(self.abs(rel))
 

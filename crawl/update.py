@@ -91,8 +91,7 @@ def _read_with_part(store: Store, rels: list[str]) -> pa.Table:
 def _prev_db_source(con: duckdb.DuckDBPyConnection, store: Store, cfg: CrawlConfig, prev: int) -> str | None:
     if prev <= 0:
         return None
-    paths = store.duckdb_paths(con, [crawldb.shard_path(store, prev, s) for s in range(cfg.url_shards)])
-    return "read_parquet([" + ", ".join(f"'{p}'" for p in paths) + "])"
+    return crawldb.source_sql(store, con, prev, cfg.url_shards)
 
 
 # ---- the whole step ---------------------------------------------------------------------------------
@@ -592,9 +591,8 @@ def _rows_of(store: Store, version: int, shard: int, hashes: np.ndarray) -> pa.T
         return crawldb.CRAWLDB_SCHEMA.empty_table()
     con = duckdb.connect()
     con.register("want", pa.table({"url_hash": pa.array(np.unique(hashes), pa.uint64())}))
-    path = store.duckdb_paths(con, [crawldb.shard_path(store, version, shard)])[0]
-    t = con.sql(f"SELECT * FROM read_parquet('{path}') WHERE url_hash IN (SELECT url_hash FROM want) "
-                "ORDER BY url_hash").to_arrow_table()
+    src = crawldb.source_sql(store, con, version, 1 + shard, shard)
+    t = con.sql(f"SELECT * FROM {src} WHERE url_hash IN (SELECT url_hash FROM want) ORDER BY url_hash").to_arrow_table()
     con.close()
     return crawldb.conform(t)
 

@@ -12,10 +12,12 @@ lists that was not requested -- deferred at the round's deadline -- is touched t
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import duckdb
 import pytest
 
+from crawl import crawldb
 from crawl import round as rnd
 from crawl.cluster import dask_client
 from crawl.config import load_config
@@ -33,10 +35,15 @@ def rounds(simweb, tmp_path_factory):
     }, use_env=False)
     seeds = simweb.seed_urls(6)
     summaries, started = [], []
-    with dask_client(cfg) as client:
-        for i in range(3):
-            started.append(time.time())
-            summaries.append(rnd.run_round(cfg, seeds if i == 0 else None, client=client))
+    share = crawldb.COMPACT_SHARE
+    crawldb.COMPACT_SHARE = 100.0  # a small crawl: round 3 touches a large share of it, keep the overlay
+    try:
+        with dask_client(cfg) as client:
+            for i in range(3):
+                started.append(time.time())
+                summaries.append(rnd.run_round(cfg, seeds if i == 0 else None, client=client))
+    finally:
+        crawldb.COMPACT_SHARE = share
     return cfg, summaries, started
 
 
@@ -48,8 +55,14 @@ def _requested_since(simweb, since: float) -> set[str]:
 
 
 def _version(cfg, v: int) -> dict[str, dict]:
-    path = f"{cfg.root}/state/crawl={cfg.crawl_id}/crawldb/v={v:05d}/*.parquet"
-    rows = duckdb.sql(f"SELECT * FROM read_parquet('{path}', hive_partitioning = false)").to_arrow_table().to_pylist()
+    """CrawlDb version ``v`` as the layout defines it: base files, each row an overlay holds replaced."""
+    d = f"{cfg.root}/state/crawl={cfg.crawl_id}/crawldb/v={v:05d}"
+    base = f"read_parquet('{d}/*.parquet', hive_partitioning = false)"
+    sql = f"SELECT * FROM {base}"
+    if list(Path(d).glob("overlay/*.parquet")):
+        over = f"read_parquet('{d}/overlay/*.parquet', hive_partitioning = false)"
+        sql = f"SELECT * FROM {base} WHERE url_hash NOT IN (SELECT url_hash FROM {over}) UNION ALL SELECT * FROM {over}"
+    rows = duckdb.sql(sql).to_arrow_table().to_pylist()
     by_url = {r["url"]: r for r in rows}
     assert len(by_url) == len(rows)  # one row per URL
     return by_url
@@ -80,3 +93,39 @@ def test_rounds_off_the_cadence_rescore_only_what_they_touched(rounds, simweb):
     # rescored: the fetched rows, the new ones, redirect targets fetched as hops -- not the crawl
     assert len(fetched) + len(new) <= rep[2]["rescored"] < len(v3)
     assert Store(cfg.root, cfg.crawl_id).current_round() == 3
+    # version 3 = version 2's base files, unchanged (linked), plus overlays of the rescored rows
+    for s in range(cfg.url_shards):
+        b2 = Path(cfg.root, f"state/crawl={cfg.crawl_id}/crawldb/v=00002/shard={s:02d}.parquet")
+        b3 = Path(cfg.root, f"state/crawl={cfg.crawl_id}/crawldb/v=00003/shard={s:02d}.parquet")
+        assert b2.read_bytes() == b3.read_bytes()
+        assert Path(cfg.root, f"state/crawl={cfg.crawl_id}/crawldb/v=00003/overlay/shard={s:02d}.parquet").exists()
+    # what a user queries is the same CrawlDb
+    from crawl import query
+
+    assert query.run(cfg.root, cfg.crawl_id, "SELECT count(*) AS n FROM crawldb").column("n")[0].as_py() == len(v3)
+
+
+def test_an_overlay_outgrowing_its_base_is_folded_into_a_new_base(tmp_path):
+    """write_overlay: a small delta grows the overlay (base linked as it is); past COMPACT_SHARE of the
+    base the shard is written whole again, without an overlay; read_shard gives the same rows."""
+    import numpy as np
+    import pyarrow as pa
+
+    store = Store(str(tmp_path), "ov")
+    h = np.sort(np.random.default_rng(3).choice(2**40, 1000, replace=False).astype(np.uint64))
+    db = crawldb.conform(pa.table({"url": [f"http://a.test/{x}" for x in h], "url_hash": pa.array(h),
+                                   "status": ["fetched"] * 1000, "priority": [1.0] * 1000}))
+    crawldb.write(store, 1, 1, db)
+    small = \
+        db.slice(10, 50).set_column(db.schema.get_field_index("priority"), "priority", pa.array([2.0] * 50))
+    crawldb.write_overlay(store, 2, 0, small)
+    assert store.read_bytes(crawldb.shard_path(store, 2, 0)) == store.read_bytes(crawldb.shard_path(store, 1, 0))
+    assert store.exists(crawldb.overlay_path(store, 2, 0)) and crawldb.count(store, 2, 1) == 1000
+    got = crawldb.read_shard(store, 2, 0)
+    assert got.column("url_hash").to_numpy().tolist() == h.tolist()
+    assert got.column("priority").to_pylist() == [2.0 if 10 <= i < 60 else 1.0 for i in range(1000)]
+    new = crawldb.conform(pa.table({"url": ["http://a.test/new"], "url_hash": pa.array([2**41], pa.uint64())}))
+    big = pa.concat_tables([db.slice(100, 300), new])
+    crawldb.write_overlay(store, 3, 0, big)  # 50 + 301 rows > 20 % of 1000: folded
+    assert not store.exists(crawldb.overlay_path(store, 3, 0)) and crawldb.count(store, 3, 1) == 1001
+    assert crawldb.read_shard(store, 3, 0).column("priority").to_pylist()[10:60] == [2.0] * 50
