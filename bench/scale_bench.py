@@ -164,9 +164,38 @@ def build_state(cfg, n_urls: int, due: pa.Table, now: datetime, seed: int = 7,
                                 "prior": pa.array(rate[order] * np.exp(rng.normal(0, 0.5, n)))}))
     # the previous round's generate stats (round spacing: one day) and the published pointer
     store.write_json(store.round_dir(rnd, "generate.json"), {"round": rnd, "now": (now - timedelta(days=1)).isoformat()})
+    previous_rescoring(cfg, now)
     store.write_json(store.state("CURRENT.json"), {"round": rnd})
     t1 = time.perf_counter()
     return {"build_s": round(t1 - t0, 2), "crawldb_s": round(t_db - t0, 2)}
+
+
+def previous_rescoring(cfg, now: datetime) -> None:
+    """Round 10's reprioritise stats, as a full rescoring on the cadence leaves them: its refetch
+    threshold tau (the 2 x budget-th largest importance x U(t) over the content rows, at round 10's
+    time), which the rounds up to the next full one reuse (crawl.schedule.untouched)."""
+    import duckdb
+
+    from crawl import crawldb
+    from crawl.store import Store
+
+    store = Store(cfg.root, cfg.crawl_id)
+    con = duckdb.connect()
+    src = crawldb.source_sql(store, con, HISTORY_ROUNDS, cfg.url_shards)
+    k = 2 * cfg.max_pages
+    tau = con.execute(f"""
+        SELECT v FROM (
+            SELECT coalesce(importance, 1) * (1 / l - (t + 1 / l) * exp(-l * t)) AS v FROM (
+                SELECT greatest(coalesce(change_rate, 1 / 7), 1e-9) AS l,
+                       greatest($now - epoch(coalesce(last_success_time, fetch_time)), 0)
+                         / 86400.0 AS t, importance
+                FROM {src} WHERE status IN ('fetched', 'not_modified', 'duplicate', 'near_duplicate')))
+        ORDER BY v DESC LIMIT 1 OFFSET {k - 1}
+    """, {"now": now.timestamp()}).fetchone()
+    con.close()
+    store.write_json(store.round_dir(HISTORY_ROUNDS, "reprioritise.json"),
+                     {"round": HISTORY_ROUNDS, "policy": cfg.schedule_policy, "importance": "full",
+                      "tau": float(tau[0]) if tau else None})
 
 
 def due_pages(hosts: int, seed: int, fetches: int) -> pa.Table:
@@ -274,7 +303,7 @@ def reset_state(root: Path, round_no: int) -> None:
 
 
 def one_size(n_urls: int, due: pa.Table, port: int, work: Path, fetches: int, profile: bool,
-             fixed: bool, every: int, state_dir: Path | None = None) -> dict:
+             fixed: bool, every: int, state_dir: Path | None = None, digests: bool = True) -> dict:
     from crawl.config import load_config
 
     base = state_dir if state_dir is not None else work
@@ -292,6 +321,8 @@ def one_size(n_urls: int, due: pa.Table, port: int, work: Path, fetches: int, pr
         kept = json.loads(marker.read_text())
         now, built = datetime.fromisoformat(kept["now"]), {**kept["built"], "reused": True}
         reset_state(Path(overrides["root"]), HISTORY_ROUNDS + 1)
+        if not (Path(overrides["root"]) / f"state/crawl=scale/rounds/{HISTORY_ROUNDS:05d}/reprioritise.json").exists():
+            previous_rescoring(cfg, now)  # a state kept before the builder wrote round 10's stats
         print(f"  N={n_urls:>10,} reusing the state in {overrides['root']} (built {kept['now']})", flush=True)
     else:
         built = build_state(cfg, n_urls, due, now)
@@ -302,7 +333,8 @@ def one_size(n_urls: int, due: pa.Table, port: int, work: Path, fetches: int, pr
         prof_dir = REPO / "bench" / "out" / f"scale-{n_urls}"
         prof_dir.mkdir(parents=True, exist_ok=True)
     res: dict = {"n_urls": n_urls, **built, "steps": {}}
-    res.update(digest_lookup(cfg, due))
+    if digests:
+        res.update(digest_lookup(cfg, due))
     for step in STEPS:
         res["steps"][step] = step_proc(step, overrides, now, HISTORY_ROUNDS + 1, prof_dir)
         s = res["steps"][step]
@@ -384,6 +416,8 @@ def main() -> None:
     ap.add_argument("--state", default="",
                     help="keep each N's built state in this folder and reuse it on later runs (the measured "
                          "round is undone first); default: a temporary folder, removed")
+    ap.add_argument("--no-digests", action="store_true",
+                    help="skip the digests-per-fetch-task comparison (minutes at 10 M; not part of the round)")
     ap.add_argument("--plot", default="", help="write the step-time plot here (PNG)")
     ap.add_argument("--json", default="", help="write all figures here")
     ap.add_argument("--step", help=argparse.SUPPRESS)
@@ -406,7 +440,7 @@ def main() -> None:
         due = due_pages(args.hosts, args.seed, args.fetches)
         for n in sizes:
             results.append(one_size(n, due, port, work, args.fetches, args.profile, args.fixed, args.every,
-                                    Path(args.state) if args.state else None))
+                                    Path(args.state) if args.state else None, not args.no_digests))
     finally:
         proc.terminate()
         proc.wait(10)

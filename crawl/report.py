@@ -161,6 +161,17 @@ def open_view(root: str, crawl_id: str, as_of: int | None = None) -> CrawlView:
            crawldb.CRAWLDB_SCHEMA,
            "CAST(regexp_extract(filename, '/v=([0-9]+)/', 1) AS INTEGER) AS version",
            f"version BETWEEN 1 AND {n}")
+    if n > 0 and store.fs.glob(store.abs(f"{store.state('crawldb')}/*/overlay/*.parquet")):
+        # versions written as base files + overlays (crawl.crawldb.write_overlay): overlay rows win
+        source("dbv_over", store.state("crawldb"), f"{store.state('crawldb')}/*/overlay/*.parquet",
+               crawldb.CRAWLDB_SCHEMA,
+               "CAST(regexp_extract(filename, '/v=([0-9]+)/', 1) AS INTEGER) AS version",
+               f"version BETWEEN 1 AND {n}")
+        con.execute("ALTER VIEW dbv RENAME TO dbv_base")
+        con.execute("""CREATE VIEW dbv AS
+            SELECT * FROM dbv_base b WHERE NOT EXISTS (
+                SELECT 1 FROM dbv_over o WHERE o.version = b.version AND o.url_hash = b.url_hash)
+            UNION ALL BY NAME SELECT * FROM dbv_over""")
     con.execute(f"CREATE VIEW db AS SELECT * FROM dbv WHERE version = {n}")
     view = CrawlView(store, n, con)
     for r in range(1, n + 1):

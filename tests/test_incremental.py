@@ -103,6 +103,11 @@ def test_rounds_off_the_cadence_rescore_only_what_they_touched(rounds, simweb):
     from crawl import query
 
     assert query.run(cfg.root, cfg.crawl_id, "SELECT count(*) AS n FROM crawldb").column("n")[0].as_py() == len(v3)
+    from crawl.report import open_view
+
+    view = open_view(cfg.root, cfg.crawl_id)
+    assert view.rows("SELECT count(*) AS n, count(DISTINCT url) AS d FROM db")[0] == {"n": len(v3), "d": len(v3)}
+    assert view.rows("SELECT count(*) AS n FROM dbv WHERE version = 2")[0]["n"] == len(v2)
 
 
 def test_an_overlay_outgrowing_its_base_is_folded_into_a_new_base(tmp_path):
