@@ -195,16 +195,15 @@ def load_parse_at(rev: str):
     tmp = tempfile.mkdtemp(prefix="parse_rev_")
     mods = {}
     parse_src = source("crawl/parse.py").replace("from crawl.fingerprint import", "from parse_baseline_fingerprint import")
+    modules = [("parse_baseline_fingerprint", source("crawl/fingerprint.py"))]
     link_import = "from crawl.url import WEB_SCHEMES, resolve_many"
     if link_import in parse_src:  # that revision's link resolution too (crawl/url/links.py and parse.py)
         parse_src = parse_src.replace(link_import, "from parse_baseline_links import WEB_SCHEMES, resolve_many")
-    for name, text in (
-        ("parse_baseline_fingerprint", source("crawl/fingerprint.py")),
-        ("parse_baseline_urlparse", source("crawl/url/parse.py")),
-        ("parse_baseline_links",
-         source("crawl/url/links.py").replace("from crawl.url.parse import", "from parse_baseline_urlparse import")),
-        ("parse_baseline", parse_src),
-    ):
+        modules += [("parse_baseline_urlparse", source("crawl/url/parse.py")),
+                    ("parse_baseline_links", source("crawl/url/links.py").replace(
+                        "from crawl.url.parse import", "from parse_baseline_urlparse import"))]
+    modules.append(("parse_baseline", parse_src))
+    for name, text in modules:
         file = os.path.join(tmp, name + ".py")
         with open(file, "w", encoding="utf-8") as fh:
             fh.write(text)
