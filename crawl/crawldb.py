@@ -4,6 +4,12 @@ Nutch's CrawlDb, as Parquet: round N reads version N-1 and writes version N; not
 place. Rows carry what generate needs (status, next_fetch_time, priority, host, depth), what a
 conditional GET needs (etag, last_modified) and the change history the freshness model learns from
 (check/change counts, last change time).
+
+A version is one Parquet file per URL-hash shard (``crawldb/v=N/shard=SS.parquet``, sorted by
+url_hash) -- except after an incremental round (:func:`crawl.schedule.incremental_round`), when a
+shard is the previous version's base file, linked as it is, plus an overlay of the rows changed
+since (``crawldb/v=N/overlay/shard=SS.parquet``) that replaces those rows (:func:`write_overlay`).
+Read through :func:`read`, :func:`read_shard` or :func:`source_sql`, which resolve both.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """Reprioritise: change rates, importance, priority and next fetch time of every CrawlDb row.
 
 Runs once per round (``crawl.round.reprioritise``, the DAG's reprioritise task), vectorised over the
-whole CrawlDb with NumPy. ``schedule_policy`` picks how re-fetches are valued (never-fetched URLs are
+whole CrawlDb with NumPy -- or, in an :func:`incremental_round` between two full runs of PageRank and
+the prior, over the rows the round touched only (the rest keep their schedule). ``schedule_policy`` picks how re-fetches are valued (never-fetched URLs are
 always ranked by importance / (1 + depth), seeds first, and get the frontier's ``coverage_share``):
 
 - ``default``: rate = Gamma-Poisson posterior of the page's own evidence (CGM-corrected re-check

@@ -13,7 +13,8 @@ Layout under the root (a local folder or any fsspec URL such as ``s3://bucket/pr
     images/crawl=ID/round=NNNNN/part=KKK.parquet              parsed images (format, size, EXIF)
     warc/crawl=ID/round=NNNNN/ID-NNNNN-KKK-SSSS-SUB.warc.gz   WARC files (SSSS: fetch segment, crawl.checkpoint)
     state/crawl=ID/CURRENT.json                               {"round": N} -- the only commit
-    state/crawl=ID/crawldb/v=NNNNN/shard=SS.parquet           CrawlDb version N
+    state/crawl=ID/crawldb/v=NNNNN/shard=SS.parquet           CrawlDb version N (base file; may be a link)
+    state/crawl=ID/crawldb/v=NNNNN/overlay/shard=SS.parquet   rows that replace the base's (incremental rounds)
     state/crawl=ID/seen/v=NNNNN/shard=SS.{parquet,bloom}      seen-set and Bloom filter
     state/crawl=ID/digests/v=NNNNN.parquet                    digests first captured in round N (table N: v ≤ N)
     state/crawl=ID/robots/v=NNNNN.parquet                     robots.txt cache (TTL)

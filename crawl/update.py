@@ -14,11 +14,13 @@ Two phases, both vectorised over Arrow/DuckDB/NumPy:
    ``lastmod``/``changefreq`` become change evidence on the CrawlDb row;
 4. the results are written per URL-hash shard under ``rounds/N/update/``.
 
-**merge** (one task per URL-hash shard, on Dask or threads): read the shard of CrawlDb N-1, apply
-the fetch results (status, times, counts, change detection — a real change is a SimHash distance
-beyond the near-dup threshold, so per-request noise is not a change; a 304 is "unchanged"), add the
-new URLs, write ``rounds/N/merged`` (reprioritise turns it into CrawlDb N) and the shard's next
-seen-set and Bloom filter. Every output path is deterministic: rerunning overwrites.
+**merge** (one task per URL-hash shard, on Dask or threads): take the rows of CrawlDb N-1 the round
+touched (saved by generate, ``rounds/N/selected.parquet``), apply the fetch results (status, times,
+counts, change detection — a real change is a SimHash distance beyond the near-dup threshold, so
+per-request noise is not a change; a 304 is "unchanged"), add the new URLs, write them as the
+shard's delta ``rounds/N/merged`` (reprioritise splices it into CrawlDb N; the untouched rows are
+never read here) and the shard's next seen-set and Bloom filter. Every output path is
+deterministic: rerunning overwrites.
 """
 
 from __future__ import annotations
