@@ -266,7 +266,9 @@ def splice(base: pa.Table, delta: pa.Table) -> pa.Table:
         start = max(start, p + 1 if replaced[i] else p)
     if start < hb.size:
         pieces.append(base.slice(start))
-    return pa.concat_tables(pieces)
+    # one contiguous chunk per column: compute kernels and writers over thousands of chunks were
+    # slower than this copy (crawldb.write on a spliced 1 M-row table: 12.5 s vs ~3 s)
+    return pa.concat_tables(pieces).combine_chunks()
 
 
 # columns worth a Parquet dictionary (few distinct values); URLs, digests and the like are not, and
