@@ -264,6 +264,10 @@ class CrawlConfig:
     # comes first, so a retry or rerun fetches only what is missing; both 0: no checkpoints
     fetch_checkpoint_every: int = 500
     fetch_checkpoint_s: float = 30.0
+    # the fetch task parses its partition from the bodies it keeps in memory, up to this many bytes
+    # (the rest are read back from its WARC files); 0 = a separate parse task reads them all back.
+    # Crawls that render pages always parse in a separate task (after the render task).
+    parse_in_fetch_max_bytes: int = 268_435_456
 
     # per-request limits
     connect_timeout_s: float = 5.0
@@ -350,6 +354,7 @@ _NON_NEGATIVE = {
     "max_crawl_delay_s", "backoff_base_s", "backoff_cap_s", "robots_ttl_s",
     "max_redirects", "max_path_repeats", "simhash_max_distance", "dask_dashboard_port",
     "render_max_requests", "render_min_words", "fetch_checkpoint_every", "fetch_checkpoint_s",
+    "parse_in_fetch_max_bytes",
 }
 # Playwright's request resource types (render_resource_types may name these)
 RENDER_RESOURCE_TYPES = frozenset({"document", "stylesheet", "image", "media", "font", "script", "texttrack",

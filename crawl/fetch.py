@@ -90,7 +90,7 @@ from crawl.net import (
     politeness_ips,
 )
 from crawl.robots import RobotsPolicy, policy_from_response
-from crawl.warc import RecordRef, WarcFile
+from crawl.warc import RecordRef, WarcFile, stored_response_headers
 
 log = logging.getLogger(__name__)
 
@@ -126,6 +126,9 @@ class FetchOutput:
     robots_rows: pa.Table
     stats: dict[str, Any]
     sitemap_rows: pa.Table = field(default_factory=R.SITEMAP_SCHEMA.empty_table)
+    # row of ``fetches`` -> (HTTP headers, payload) as the WARC read-back gives them, for the stored
+    # documents whose bodies were kept in memory (``hold_bytes``): the fetch task parses them directly
+    bodies: dict[int, tuple[list[tuple[str, str]], bytes]] = field(default_factory=dict)
 
 
 @dataclass
@@ -350,6 +353,10 @@ class _Fetcher:
         self.one_in_flight = cfg.max_in_flight_per_host == 1
         self.should_continue: Callable[[], bool] | None = None
         self.stopped = False  # set by the watch thread: no request starts after it
+        # bodies of fetched pages kept for the fetch task's parse (row -> headers, payload), until
+        # the first that does not fit in what is left of the budget (the rest are read back)
+        self.held: dict[int, tuple[list[tuple[str, str]], bytes]] = {}
+        self.hold_left = 0
 
     # -- may we go on? (lease fencing / scheduler connection, see crawl.tasks.may_continue) -----
     def _watch(self, loop: asyncio.AbstractEventLoop, done: threading.Event) -> None:
@@ -1148,8 +1155,26 @@ class _Fetcher:
     def _fetched(self, h: _Host, job: _Job, t: datetime, r: _Response, base: dict[str, Any]) -> None:
         cols = self._store(SUBSET_WARC, job.url, t, r, dedup=True)
         self.stats["bytes"] += len(r.body)
+        if self.hold_left:
+            self._hold(job.url, r)
         self.rows.append(_row(job, h.host, t, R.FETCHED, subset=SUBSET_WARC, content_length=len(r.body),
                               truncated=r.truncated, **base, **cols))
+
+    def _hold(self, url: str, r: _Response) -> None:
+        """Keep the body of the row about to be appended for the task's parse, with the headers its
+        WARC record gives back (FTP ``resource`` records have none); once a body does not fit in the
+        budget, keep no more. A record whose headers may not round-trip verbatim is not kept."""
+        size = len(r.body)
+        if size > self.hold_left:
+            self.hold_left = 0
+            self.stats["parse_held_over_budget"] = 1
+            return
+        headers = [] if url.startswith(FTP_PREFIX) else stored_response_headers(r.headers, size)
+        if headers is None:
+            self.stats["parse_held_not_verbatim"] += 1
+            return
+        self.held[len(self.rows)] = (headers, r.body)
+        self.hold_left -= size
 
     def _redirect(self, h: _Host, job: _Job, t: datetime, r: _Response, base: dict[str, Any]) -> None:
         target = U.resolve(r.location, job.url, self.schemes) if r.location else None
@@ -1392,6 +1417,7 @@ def fetch_partition(
     should_continue: Callable[[], bool] | None = None,
     checkpoint: Callable[[Segment], None] | None = None,
     resume: Resume | None = None,
+    hold_bytes: int = 0,
 ) -> FetchOutput:
     """Fetch one fetch-list partition politely; write its WARC files under ``root``; return rows.
 
@@ -1419,11 +1445,16 @@ def fetch_partition(
     side thread; once it answers False no further request starts, in-flight ones are cancelled and
     :class:`~crawl.errors.FetchStopped` is raised (the current segment's files are aborted, nothing is
     returned; segments already cut stay, with their checkpoints).
+
+    ``hold_bytes`` > 0: keep the bodies of fetched pages in memory, up to that many bytes in all, and
+    return those of the stored documents (not revisits) in ``bodies``, so the caller can parse them
+    without reading the WARC files back (:func:`crawl.parse.held_bodies`).
     """
     f = _Fetcher(cfg, root, warc_prefix, now, known_digests,
                  cfg.round_duration_s if deadline_s is None else deadline_s,
                  checkpoint, resume.next_segment if resume is not None else 0)
     f.should_continue = should_continue
+    f.hold_left = max(0, hold_bytes)
     f.load(fetchlist, robots_cache, resume)
     started = time.monotonic()
     try:
@@ -1473,7 +1504,16 @@ def fetch_partition(
     stats["dns_lookups"] = f.resolver.lookups
     stats["checkpoint_s"] = f.checkpoint_s
     stats["warc_files"] = (resume.warc_files if resume is not None else []) + f.placed
-    return FetchOutput(fetches=fetches, robots_rows=robots_rows, stats=stats, sitemap_rows=sitemap_rows)
+    bodies: dict[int, tuple[list[tuple[str, str]], bytes]] = {}
+    if f.held:  # documents only: a revisit's row has no record to parse
+        first = resume.fetches.num_rows if resume is not None else 0
+        for i, body in f.held.items():
+            if f.rows[i].get("warc_type") in ("response", "resource"):
+                bodies[first + i] = body
+        stats["parse_held"] = len(bodies)
+        stats["parse_held_bytes"] = sum(len(b) for _, b in bodies.values())
+    return FetchOutput(fetches=fetches, robots_rows=robots_rows, stats=stats, sitemap_rows=sitemap_rows,
+                       bodies=bodies)
 
 
 __all__ = ["ROBOTS_CACHE_SCHEMA", "FetchOutput", "backoff_delay", "fetch_partition", "parse_retry_after"]

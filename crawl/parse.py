@@ -700,6 +700,19 @@ def warc_bodies(root: str, fetch_table: pa.Table) -> Iterator[Body]:
     sequentially, taking the records whose offsets the rows point at (a partition's responses are most
     of its file, so one pass beats one range request per row). Files in name order, records in file
     order."""
+    return held_bodies(root, fetch_table, {})
+
+
+def held_bodies(root: str, fetch_table: pa.Table,
+                held: Mapping[int, tuple[Sequence[tuple[str, str]], bytes]]) -> Iterator[Body]:
+    """The bodies of :func:`document_rows` in :func:`warc_bodies`' order, taken from ``held`` (row ->
+    (headers, payload) as the WARC read-back gives them: the fetch task's bodies in memory) where
+    it has the row, else read back from the row's WARC file.
+
+    A run of rows not held (past the fetch task's memory budget, or from segments an earlier attempt
+    fetched) is read in one sequential pass from its first record's offset (every record is its own
+    gzip member), so the parse is the same whichever source a body came from.
+    """
     rows = document_rows(fetch_table)
     files = fetch_table.column("warc_filename").take(rows).to_pylist()
     offsets = fetch_table.column("warc_record_offset").take(rows).to_pylist()
@@ -708,17 +721,29 @@ def warc_bodies(root: str, fetch_table: pa.Table) -> Iterator[Body]:
         by_file.setdefault(fname, {})[off] = row
     for fname in sorted(by_file):
         wanted = by_file[fname]
-        remaining = len(wanted)
-        for rec in iter_records(root, fname):
-            row = wanted.get(rec.offset)
-            if row is None:
+        order = sorted(wanted)
+        i = 0
+        while i < len(order):
+            row = wanted[order[i]]
+            if row in held:
+                headers, payload = held[row]
+                yield row, headers, payload
+                i += 1
                 continue
-            yield row, rec.http_headers, rec.payload
-            remaining -= 1
-            if remaining == 0:
-                break
-        if remaining:
-            log.warning("%s: %d fetch rows point at offsets with no record", fname, remaining)
+            j = i + 1
+            while j < len(order) and wanted[order[j]] not in held:
+                j += 1
+            need = {off: wanted[off] for off in order[i:j]}
+            last = order[j - 1]
+            for rec in iter_records(root, fname, start=order[i]):
+                r = need.pop(rec.offset, None)
+                if r is not None:
+                    yield r, rec.http_headers, rec.payload
+                if not need or rec.offset >= last:
+                    break
+            if need:
+                log.warning("%s: %d fetch rows point at offsets with no record", fname, len(need))
+            i = j
 
 
 def parse_partition(root: str, fetch_table: pa.Table, max_outlinks: int,
@@ -859,7 +884,7 @@ def _text_column(docs: list[ParsedDoc], raws: list[_RawLinks | None]) -> pa.Arra
 
 __all__ = [
     "ENTRY_POINT_GROUP", "Body", "ImageInfo", "Link", "ParsedDoc", "Parser", "ParserLoadError", "detect_charset",
-    "document_rows", "find_parsers", "install_parsers", "load_parser", "parse_bodies", "parse_document", "parse_html",
+    "document_rows", "find_parsers", "held_bodies", "install_parsers", "load_parser", "parse_bodies", "parse_document", "parse_html",
     "parse_partition", "parser", "parser_for", "warc_bodies",
     "register_parser", "sniff_mime", "x_robots_flags",
 ]

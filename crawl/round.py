@@ -25,7 +25,7 @@ from crawl.errors import FetchStopped, LeaseLost, PartitionFailed, SeedError, pe
 from crawl.lease import FETCH_PHASE, Lease, held
 from crawl.progress import steps_of
 from crawl.store import Store
-from crawl.tasks import fetch_task, host_crawl_delays, parse_task, render_task, robots_keys
+from crawl.tasks import fetch_parse_task, fetch_task, host_crawl_delays, parse_task, render_task, robots_keys
 from crawl.url import InvalidURL, canonicalize, filter_reason, host_of, parse_url, url_hash
 
 SEED_PRIORITY = 1_000.0
@@ -253,7 +253,9 @@ def _check_parsers(cfg: CrawlConfig) -> None:
 
 def _run_parts(client: Any, cfg: CrawlConfig, round_no: int, parts: list[int], now: datetime,
                progress: Progress | None, token: int | None = None) -> list[dict[str, Any]]:
-    """One fetch and one parse task per partition; a failed pair is resubmitted up to
+    """One fetch and one parse task per partition, or one task doing both when nothing is rendered and
+    ``parse_in_fetch_max_bytes`` > 0 (:func:`~crawl.tasks.fetch_parse_task`: the pages are parsed from
+    memory); a failed pair is resubmitted up to
     :data:`PART_RETRIES` times, unless its error is one a retry cannot fix (disk full, permissions:
     :func:`~crawl.errors.permanent_reason`) or the lease is gone. Dask's own ``retries`` cannot tell
     errors apart, so the driver decides. A worker lost mid-task is Dask's business (the task is
@@ -265,10 +267,15 @@ def _run_parts(client: Any, cfg: CrawlConfig, round_no: int, parts: list[int], n
     render = render_enabled(cfg)
     if render:
         check_browser_workers(client)
+    in_fetch = not render and cfg.parse_in_fetch_max_bytes > 0
     futures: dict[Any, tuple[int, Any, Any, int]] = {}
 
     def submit(k: int, attempt: int) -> Any:
         tag = f"{cfg.crawl_id}-{round_no}-{k}" + (f"-retry{attempt}" if attempt else "")
+        if in_fetch:
+            fp = client.submit(fetch_parse_task, cfg, round_no, k, now, token, key=f"fetch-{tag}", pure=False)
+            futures[fp] = (k, None, None, attempt)
+            return fp
         f = client.submit(fetch_task, cfg, round_no, k, now, token, key=f"fetch-{tag}", pure=False)
         r = None
         if render:  # after the fetch, before the parse, on a worker with a browser (crawl.render)
@@ -286,8 +293,12 @@ def _run_parts(client: Any, cfg: CrawlConfig, round_no: int, parts: list[int], n
     def done(fut: Any) -> list[Any]:
         k, ffut, rfut, attempt = futures[fut]
         try:
-            parse_stats = fut.result()
-            fetch_stats = ffut.result()
+            if ffut is None:  # fetch_parse_task
+                both = fut.result()
+                fetch_stats, parse_stats = both["fetch"], both["parse"]
+            else:
+                parse_stats = fut.result()
+                fetch_stats = ffut.result()
             render_stats = rfut.result() if rfut is not None else None
         except (FetchStopped, LeaseLost):
             raise

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -108,9 +109,14 @@ def worker_connected() -> bool:
     return worker.status == Status.running and not (comm is not None and comm.closed())
 
 
-def fetch_task(cfg: CrawlConfig, round_no: int, part: int, now: datetime, token: int | None = None) -> dict[str, Any]:
+def fetch_task(cfg: CrawlConfig, round_no: int, part: int, now: datetime, token: int | None = None,
+               parse: bool = False) -> dict[str, Any]:
     """Fetch one partition: WARC files + fetch records + robots rows + sitemap entries, then the done
     marker (written last, so a partition with a marker has all its files).
+
+    ``parse``: then parse the partition here too (:func:`fetch_parse_task`), from the bodies kept in
+    memory (up to ``cfg.parse_in_fetch_max_bytes``; the rest, and those of segments an earlier attempt
+    fetched, read back from the WARC files), writing what :func:`parse_task` would and its marker.
 
     Progress is checkpointed as it goes (:mod:`crawl.checkpoint`, unless both
     ``fetch_checkpoint_every`` and ``fetch_checkpoint_s`` are 0): a retry or rerun of a task that died
@@ -148,6 +154,7 @@ def fetch_task(cfg: CrawlConfig, round_no: int, part: int, now: datetime, token:
         should_continue=go_on,
         checkpoint=checkpoints.save if checkpoints is not None else None,
         resume=resume,
+        hold_bytes=cfg.parse_in_fetch_max_bytes if parse else 0,
     )
     # the rows name each WARC file by the path it will have once the round is published
     staging = store.staged(round_no, "")
@@ -155,7 +162,8 @@ def fetch_task(cfg: CrawlConfig, round_no: int, part: int, now: datetime, token:
         out.fetches.schema.get_field_index("warc_filename"), "warc_filename",
         pc.replace_substring(out.fetches.column("warc_filename"), staging, "", max_replacements=1))
     out.stats["warc_files"] = [store.unstaged(round_no, v) for v in out.stats.get("warc_files", [])]
-    store.write_table(store.part_file(round_no, "fetched", part), fetches.cast(FETCH_SCHEMA))
+    fetches = fetches.cast(FETCH_SCHEMA)
+    store.write_table(store.part_file(round_no, "fetched", part), fetches)
     robots_rows = out.robots_rows
     if robots_rows is None or robots_rows.num_rows == 0:
         robots_rows = ROBOTS_CACHE_SCHEMA.empty_table()
@@ -168,7 +176,24 @@ def fetch_task(cfg: CrawlConfig, round_no: int, part: int, now: datetime, token:
     store.mark_done(round_no, "fetched", part, stats)
     if checkpoints is not None:  # the partition's rows are in its fetched file now
         checkpoints.remove()
+    if parse:  # after the fetch marker: a crash from here on leaves a fetched partition to parse_task
+        _parse_and_mark(cfg, store, round_no, part, fetches, out.bodies)
     return stats
+
+
+def fetch_parse_task(cfg: CrawlConfig, round_no: int, part: int, now: datetime,
+                     token: int | None = None) -> dict[str, Any]:
+    """Fetch and parse one partition in one task: ``{"fetch": stats, "parse": stats}``.
+
+    Why: the bodies the fetch just downloaded are parsed from memory, with no second task reading the
+    WARC files back (bench/RESULTS.md, "parse in the fetch task"). The outputs are exactly
+    :func:`parse_task`'s (the same function parses both, bodies in the same order). Used when nothing of
+    the crawl is rendered (a render task must come between fetch and parse) and
+    ``parse_in_fetch_max_bytes`` > 0. A rerun skips what is marked done: a partition fetched but not
+    parsed (killed in between) is parsed from its WARC files, as by :func:`parse_task`.
+    """
+    fetch_stats = fetch_task(cfg, round_no, part, now, token, parse=True)
+    return {"fetch": fetch_stats, "parse": parse_task(cfg, round_no, part)}
 
 
 def wait_after_dead_attempt(cfg: CrawlConfig, store: Store, round_no: int, part: int,
@@ -234,31 +259,46 @@ def render_task(cfg: CrawlConfig, round_no: int, part: int, fetch_stats: dict[st
 
 def parse_task(cfg: CrawlConfig, round_no: int, part: int, fetch_stats: dict[str, Any] | None = None) -> dict[str, Any]:
     """Parse one fetched partition (bodies read back from its WARC files): pages + raw links."""
-    from crawl.media import MediaLimits, media_limits
-    from crawl.parse import install_parsers, parse_partition
-
     store = Store(cfg.root, cfg.crawl_id)
     if store.is_done(round_no, "parsed", part):
         return store.read_json(store.part_file(round_no, "parsed", part, "done"))
-    install_parsers(cfg.parsers)  # plugins: recrawl.parsers entry points, then the config's list
     fetched = store.read_table(store.part_file(round_no, "fetched", part), FETCH_SCHEMA)
+    return _parse_and_mark(cfg, store, round_no, part, fetched)
+
+
+def _parse_and_mark(cfg: CrawlConfig, store: Store, round_no: int, part: int, fetched: pa.Table,
+                    held: dict[int, tuple[list[tuple[str, str]], bytes]] | None = None) -> dict[str, Any]:
+    """Parse the documents of a partition's fetch rows (``fetched``: as in its fetched file), write
+    pages + raw links, then the parsed marker. ``held``: bodies in memory by row of ``fetched``
+    (:attr:`crawl.fetch.FetchOutput.bodies`); the others are read back from the WARC files."""
+    from crawl.media import MediaLimits, media_limits
+    from crawl.parse import held_bodies, install_parsers, parse_bodies
+
+    install_parsers(cfg.parsers)  # plugins: recrawl.parsers entry points, then the config's list
     # pages and their diagnostics (redirect rows give redirect links); robots.txt and sitemap files
     # are fetched with status 'fetched' too, but they are not documents
-    documents = fetched.filter(pc.invert(pc.is_in(fetched.column("subset"), pa.array(CONTROL_SUBSETS))))
+    is_document = pc.invert(pc.is_in(fetched.column("subset"), pa.array(CONTROL_SUBSETS)))
+    documents = fetched.filter(is_document)
     rendered_rel = store.part_file(round_no, "rendered", part)
     if store.exists(rendered_rel):  # rendered pages: parse the DOM the browser built (crawl.render)
         from crawl.render import RENDER_SCHEMA, apply_rendered
 
         documents = apply_rendered(documents, store.read_table(rendered_rel, RENDER_SCHEMA))
+        held = None  # a rendered page's body is its DOM, in the rendered WARC file
+    by_doc_row: dict[int, tuple[list[tuple[str, str]], bytes]] = {}
+    if held:  # rows of `fetched` -> rows of `documents`
+        kept = np.flatnonzero(pc.fill_null(is_document, False).to_numpy(zero_copy_only=False))
+        by_doc_row = {d: held[int(f)] for d, f in enumerate(kept) if int(f) in held}
     # before publish the WARC files are still in the round's staging folder
     documents = documents.set_column(
         documents.schema.get_field_index("warc_filename"), "warc_filename",
         pc.binary_join_element_wise(store.staged(round_no, ""), documents.column("warc_filename"), ""))
     with media_limits(MediaLimits.from_config(cfg)):
-        pages, links = parse_partition(cfg.root, documents, cfg.max_outlinks_per_page, cfg.allowed_schemes)
+        pages, links = parse_bodies(documents, held_bodies(cfg.root, documents, by_doc_row),
+                                    cfg.max_outlinks_per_page, cfg.allowed_schemes)
     store.write_table(store.part_file(round_no, "pages", part), pages.cast(PAGE_SCHEMA))
     store.write_table(store.part_file(round_no, "rawlinks", part), links.cast(LINK_SCHEMA))
-    stats = {"part": part, "pages": pages.num_rows, "links": links.num_rows}
+    stats = {"part": part, "pages": pages.num_rows, "links": links.num_rows, "bodies_from_memory": len(by_doc_row)}
     store.mark_done(round_no, "parsed", part, stats)
     return stats
 
