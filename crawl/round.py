@@ -190,7 +190,9 @@ def _generate(cfg: CrawlConfig, now: datetime | None) -> dict[str, Any]:
 # ---- fetch + parse on Dask ------------------------------------------------------------------------
 def fetch_parse(cfg: CrawlConfig, round_no: int, now: datetime | None = None,
                 progress: Progress | None = None, client: Any = None, lease: Lease | None = None) -> dict[str, Any]:
-    """Run one fetch task and one parse task per fetch-list partition on the Dask cluster.
+    """Run the fetch and parse of every fetch-list partition on the Dask cluster (one task per
+    partition that does both, or fetch -> render -> parse tasks when the crawl renders; see
+    :func:`_run_parts`).
 
     Under the lease: first wait until a dead previous attempt's fetchers are known to have stopped
     (:meth:`Lease.wait_quiet`), then hand the fencing token to every fetch task, which stops between

@@ -1,4 +1,5 @@
-"""The functions Dask runs: one fetch task and one parse task per fetch-list partition.
+"""The functions Dask runs per fetch-list partition: fetch, render and parse tasks, or one
+:func:`fetch_parse_task` that parses the bodies it fetched from memory.
 
 Each is a pure function of (config, round, partition, round time) plus files under the crawl root:
 it reads its inputs from storage, writes its outputs at deterministic paths, and marks the
