@@ -15,6 +15,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 from test_fetch import cfg_for, fetchlist, host_urls
+from test_ftp import HOST, _start
 
 from crawl.checkpoint import PartitionCheckpoints, fetchlist_key
 from crawl.errors import FetchStopped
@@ -213,3 +214,37 @@ def test_a_round_parsed_in_the_fetch_task_equals_the_two_task_round(simweb, tmp_
             for c in a.column_names if not a.column(c).equals(b.column(c))}
     assert not diff, {c: (len(v), v[0]) for c, v in diff.items()}
     assert l1.equals(l2)
+
+
+@pytest.fixture
+def ftp_server(tmp_path: Path):
+    yield from _start(tmp_path)
+
+
+def test_ftp_resources_parse_the_same_from_memory(ftp_server, tmp_path: Path) -> None:
+    """FTP captures are ``resource`` records without HTTP headers (their type from the fetch row):
+    held with no headers, they parse to what the separate task reads back (files and listings)."""
+    from crawl.config import load_config
+    from crawl.records import FETCHLIST_SCHEMA
+    from crawl.url import url_hash
+
+    urls = [f"ftp://{HOST}/", f"ftp://{HOST}/pub/", f"ftp://{HOST}/pub/deep/"]
+    ftpd = ftp_server
+    urls += [f"ftp://{HOST}/{rel}" for rel in sorted(ftpd.files)]
+    cfg = load_config(overrides={"root": str(tmp_path / "crawl"), "crawl_id": "ftp", "resolve": [ftpd.rule],
+                                 "allowed_schemes": ["http", "https", "ftp"], "politeness_delay_s": 0.0,
+                                 "max_body_bytes": 100_000, "total_timeout_s": 8.0}, use_env=False)
+    store = Store(cfg.root, cfg.crawl_id)
+    n = len(urls)
+    fl = pa.table({"url": urls, "url_hash": pa.array([url_hash(u) for u in urls], pa.uint64()), "host": [HOST] * n,
+                   "depth": pa.array([0] * n, pa.int32()), "priority": [1.0] * n, "etag": [None] * n,
+                   "last_modified": [None] * n, "prev_digest": pa.array([None] * n, pa.string()),
+                   "pkey": [HOST] * n}, schema=FETCHLIST_SCHEMA)
+    store.write_table(store.part_file(1, "fetchlist", 0), fl)
+    both = fetch_parse_task(cfg, 1, 0, datetime.now(UTC))
+    pages, links = _outputs(store)
+    assert both["parse"]["bodies_from_memory"] == pages.num_rows >= len(ftpd.files)
+    assert any(u.startswith("ftp://") for u in links.column("to_url").to_pylist())
+    store.remove(store.part_file(1, "parsed", 0, "done"))
+    assert parse_task(cfg, 1, 0)["bodies_from_memory"] == 0
+    assert _outputs(store)[0].equals(pages) and _outputs(store)[1].equals(links)
