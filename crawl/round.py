@@ -255,9 +255,10 @@ def _check_parsers(cfg: CrawlConfig) -> None:
 
 def _run_parts(client: Any, cfg: CrawlConfig, round_no: int, parts: list[int], now: datetime,
                progress: Progress | None, token: int | None = None) -> list[dict[str, Any]]:
-    """One fetch and one parse task per partition, or one task doing both when nothing is rendered and
-    ``parse_in_fetch_max_bytes`` > 0 (:func:`~crawl.tasks.fetch_parse_task`: the pages are parsed from
-    memory); a failed pair is resubmitted up to
+    """One task per partition that fetches and parses (:func:`~crawl.tasks.fetch_parse_task`: the pages
+    are parsed from memory) when ``parse_in_fetch_max_bytes`` > 0 and nothing of the partition may be
+    rendered (:func:`_render_parts`), else a fetch, a render (if the crawl renders) and a parse task;
+    a failed partition is resubmitted up to
     :data:`PART_RETRIES` times, unless its error is one a retry cannot fix (disk full, permissions:
     :func:`~crawl.errors.permanent_reason`) or the lease is gone. Dask's own ``retries`` cannot tell
     errors apart, so the driver decides. A worker lost mid-task is Dask's business (the task is
@@ -269,18 +270,18 @@ def _run_parts(client: Any, cfg: CrawlConfig, round_no: int, parts: list[int], n
     render = render_enabled(cfg)
     if render:
         check_browser_workers(client)
-    in_fetch = not render and cfg.parse_in_fetch_max_bytes > 0
+    rendered = _render_parts(cfg, round_no, parts) if render else set()
     futures: dict[Any, tuple[int, Any, Any, int]] = {}
 
     def submit(k: int, attempt: int) -> Any:
         tag = f"{cfg.crawl_id}-{round_no}-{k}" + (f"-retry{attempt}" if attempt else "")
-        if in_fetch:
+        if cfg.parse_in_fetch_max_bytes > 0 and k not in rendered:
             fp = client.submit(fetch_parse_task, cfg, round_no, k, now, token, key=f"fetch-{tag}", pure=False)
             futures[fp] = (k, None, None, attempt)
             return fp
         f = client.submit(fetch_task, cfg, round_no, k, now, token, key=f"fetch-{tag}", pure=False)
         r = None
-        if render:  # after the fetch, before the parse, on a worker with a browser (crawl.render)
+        if k in rendered:  # after the fetch, before the parse, on a worker with a browser (crawl.render)
             r = client.submit(render_task, cfg, round_no, k, f, key=f"render-{tag}", pure=False,
                               resources={"browser": 1})
         p = client.submit(parse_task, cfg, round_no, k, r if r is not None else f, key=f"parse-{tag}",
@@ -322,6 +323,25 @@ def _run_parts(client: Any, cfg: CrawlConfig, round_no: int, parts: list[int], n
 
     wait_all(client, list(futures), cfg, f"round {round_no} fetch/parse", done)
     return sorted(out, key=lambda r: r["part"])
+
+
+def _render_parts(cfg: CrawlConfig, round_no: int, parts: list[int]) -> set[int]:
+    """The partitions whose pages may be rendered: all of them with ``render_auto`` (the heuristic
+    looks at the bodies), else those with a host in ``render_hosts`` (a fetch task fetches only its
+    fetch list's hosts: redirects to another origin are not followed)."""
+    if cfg.render_auto:
+        return set(parts)
+    from crawl.config import render_globs
+    from crawl.render import host_matches
+
+    globs = render_globs(cfg.render_hosts)
+    store = _store(cfg)
+    out = set()
+    for k in parts:
+        hosts = pc.unique(store.read_table(store.part_file(round_no, "fetchlist", k)).column("host")).to_pylist()
+        if any(h and host_matches(h, globs) for h in hosts):
+            out.add(k)
+    return out
 
 
 # ---- update, reprioritise, publish ---------------------------------------------------------------

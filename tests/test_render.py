@@ -199,3 +199,34 @@ def test_crawl_renders_spa_pages(spaweb, canary, tmp_path) -> None:
         assert rec.rec_headers.get_header("WARC-Refers-To") == resp_ids[row["url"]] == row["refers_to"]
         assert rec.rec_headers.get_header("Content-Type").startswith("text/html")
         assert b"<html" in rec.content_stream().read()
+
+
+def test_partitions_without_render_hosts_parse_in_their_fetch_task(spaweb, tmp_path) -> None:
+    """render_hosts without render_auto: only partitions holding such a host get fetch -> render ->
+    parse tasks; the others parse from memory in their fetch task (crawl.tasks.fetch_parse_task)."""
+    plain = [h.base + "/" for h in spaweb.model.good_hosts()[:4]]
+    cfg = load_config(overrides={
+        "root": str(tmp_path / "crawl"), "crawl_id": "rh", "resolve": [spaweb.resolve_rule],
+        "render_hosts": SSRF_HOST, "render_auto": False, "politeness_delay_s": DELAY, "partitions": 3,
+        "url_shards": 2, "max_pages": 50, "round_duration_s": 60.0, "connect_timeout_s": 2.0,
+        "read_timeout_s": 5.0, "total_timeout_s": 10.0, "dask_workers": 2, "dask_dashboard": False,
+        "sitemaps": False,
+    }, use_env=False)
+    with dask_client(cfg) as client:
+        n = rnd.run_round(cfg, [f"http://{SSRF_HOST}/", *plain], client=client)["round"]
+    store = Store(cfg.root, cfg.crawl_id)
+    kinds = {}
+    for rel in store.read_json(store.round_dir(n, "generate.json"))["partitions"]:
+        k = int(rel.rsplit("part=", 1)[1].split(".")[0])
+        hosts = set(store.read_table(rel).column("host").to_pylist())
+        parsed = store.read_json(store.part_file(n, "parsed", k, "done"))
+        if SSRF_HOST in hosts:
+            rendered = store.read_table(store.part_file(n, "rendered", k), RENDER_SCHEMA)
+            assert rendered.column("url").to_pylist() == [f"http://{SSRF_HOST}/"]
+            assert parsed["bodies_from_memory"] == 0
+            kinds[k] = "rendered"
+        else:
+            assert not store.exists(store.part_file(n, "rendered", k, "done"))
+            assert parsed["pages"] > 0 and parsed["bodies_from_memory"] == parsed["pages"]
+            kinds[k] = "in fetch"
+    assert sorted(set(kinds.values())) == ["in fetch", "rendered"], kinds
