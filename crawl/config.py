@@ -266,7 +266,8 @@ class CrawlConfig:
     fetch_checkpoint_s: float = 30.0
     # the fetch task parses its partition from the bodies it keeps in memory, up to this many bytes
     # (the rest are read back from its WARC files); 0 = a separate parse task reads them all back.
-    # Crawls that render pages always parse in a separate task (after the render task).
+    # Partitions that may be rendered (render_auto, or a host in render_hosts) parse in a separate task,
+    # after the render task.
     parse_in_fetch_max_bytes: int = 268_435_456
 
     # per-request limits

@@ -189,8 +189,8 @@ def fetch_parse_task(cfg: CrawlConfig, round_no: int, part: int, now: datetime,
     Why: the bodies the fetch just downloaded are parsed from memory, with no second task reading the
     WARC files back (bench/RESULTS.md, "parse in the fetch task"). The outputs are exactly
     :func:`parse_task`'s (the same function parses both, bodies in the same order). Used when nothing of
-    the crawl is rendered (a render task must come between fetch and parse) and
-    ``parse_in_fetch_max_bytes`` > 0. A rerun skips what is marked done: a partition fetched but not
+    the partition may be rendered (a render task must come between fetch and parse;
+    ``crawl.round._render_parts``) and ``parse_in_fetch_max_bytes`` > 0. A rerun skips what is marked done: a partition fetched but not
     parsed (killed in between) is parsed from its WARC files, as by :func:`parse_task`.
     """
     fetch_stats = fetch_task(cfg, round_no, part, now, token, parse=True)
