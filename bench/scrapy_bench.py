@@ -25,7 +25,9 @@ Pages are counted at the server, outside both crawlers: requests in each process
 are neither robots.txt nor sitemaps (any status: our revalidations answered 304 count, as Scrapy's
 non-2xx answers do). The same access log gives each side's timeline: seconds from process start to
 the first request, from the last answer to process exit, and the idle gaps (no request in progress
-for longer than half a second, e.g. between rounds). Whole-process wall times, then
+for longer than half a second, e.g. between rounds); each side's CPU seconds (the process and the
+workers it waits for: user + system) tell a CPU-bound crawler from one waiting. Whole-process wall
+times, then
 
     RESULT vs_scrapy=<ours pages/s / Scrapy pages/s> ours_pages_s=... scrapy_pages_s=... pages=...
 
@@ -38,6 +40,7 @@ import argparse
 import json
 import os
 import re
+import resource
 import shutil
 import subprocess
 import sys
@@ -190,10 +193,18 @@ def timeline(log: Path, t0: float, t1: float) -> dict[str, float | int]:
             "in_flight": round(sum(r["end"] - r["start"] for r in rows) / max(last - first, 1e-9), 2)}
 
 
-def describe_timeline(name: str, wall: float, tl: dict[str, float | int]) -> str:
-    return (f"  {name}: wall {wall:.1f} s, first request at {tl['first_s']:.1f} s, {tl['gaps']} idle gap(s) "
-            f"{tl['gap_s']:.1f} s, after the last answer {tl['tail_s']:.1f} s; {tl['requests']} requests, "
-            f"{tl['pages']} pages, {tl['in_flight']:.2f} in progress on average")
+def describe_timeline(name: str, wall: float, cpu: float, tl: dict[str, float | int]) -> str:
+    return (f"  {name}: wall {wall:.1f} s, CPU {cpu:.1f} s ({1000 * cpu / max(int(tl['pages']), 1):.1f} ms/page), "
+            f"first request at {tl['first_s']:.1f} s, {tl['gaps']} idle gap(s) {tl['gap_s']:.1f} s, after the "
+            f"last answer {tl['tail_s']:.1f} s; {tl['requests']} requests, {tl['pages']} pages, "
+            f"{tl['in_flight']:.2f} in progress on average")
+
+
+def children_cpu_s() -> float:
+    """User + system CPU seconds of this process's finished children (and theirs: a crawl run's
+    workers, which it waits for), so a difference around one child's run is that crawler's CPU."""
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
 
 
 def run_ours(port: int, seeds: list[str], work: Path, rounds: int, max_pages: int, per_host: int) -> tuple[int, float]:
@@ -249,11 +260,11 @@ def main() -> None:
         proc, port = launch(args.hosts, args.seed, work / "access.jsonl")
         log = work / "access.jsonl"
         try:
-            t0 = time.time()
+            t0, c0 = time.time(), children_cpu_s()
             counted, ours_s = run_ours(port, seeds, work, args.rounds, args.max_pages, args.per_host)
-            t1 = time.time()
+            t1, c1 = time.time(), children_cpu_s()
             s_counted, scrapy_s = run_scrapy(py, port, seeds, work, counted, args.concurrency, 1)
-            t2 = time.time()
+            t2, c2 = time.time(), children_cpu_s()
         finally:
             proc.terminate()
             proc.wait(10)
@@ -266,8 +277,8 @@ def main() -> None:
         print(f"run {i + 1}: {len(seeds)} seed hosts; crawl run {pages} pages in {ours_s:.1f} s = {ours:.1f} pages/s "
               f"(it counted {counted}); Scrapy {SCRAPY_VERSION} {s_pages} pages in {scrapy_s:.1f} s = "
               f"{theirs:.1f} pages/s (it counted {s_counted}); load {load:.1f}")
-        print(describe_timeline("crawl run", ours_s, ours_tl))
-        print(describe_timeline("Scrapy", scrapy_s, theirs_tl))
+        print(describe_timeline("crawl run", ours_s, c1 - c0, ours_tl))
+        print(describe_timeline("Scrapy", scrapy_s, c2 - c1, theirs_tl))
         print(f"RESULT vs_scrapy={ours / theirs:.2f} ours_pages_s={ours:.1f} scrapy_pages_s={theirs:.1f} "
               f"pages={pages} load={load:.1f}")
         load = os.getloadavg()[0]
