@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -290,10 +289,6 @@ def _run(cfg: CrawlConfig, args: argparse.Namespace) -> int:
     # Each round's report is written in the background while the next round runs (crawl.warmup says
     # why that is safe), its line printed once it is there; all are written before the lease is let go.
     reports: list[tuple[int, Any]] = []
-
-    def write_report(round_no: int) -> dict[str, Any]:
-        return rnd.report(cfg, round_no)
-
     # A live bar per step on a terminal (pages/s, ETA), plain lines otherwise (crawl.progress).
     with held(cfg, phase="run") as lease, make_progress() as progress, \
             ThreadPoolExecutor(1, thread_name_prefix="crawl-report") as writer:
@@ -304,8 +299,8 @@ def _run(cfg: CrawlConfig, args: argparse.Namespace) -> int:
                 now = (start + timedelta(seconds=i * cfg.round_duration_s)) if start else datetime.now(UTC)
                 summary = rnd.run_round(cfg, args.seeds if i == 0 else None, now, progress=progress, client=client,
                                         lease=lease)
-                _say_reports(progress, reports, wait=False, rewrite=write_report)
-                reports.append((summary["round"], writer.submit(write_report, summary["round"])))
+                _say_reports(progress, reports, wait=False)
+                reports.append((summary["round"], writer.submit(rnd.report, cfg, summary["round"])))
                 summaries.append(summary)
                 fp, up = summary["fetch_parse"], summary["update"]
                 totals["fetched"] += fp.get("fetched", 0)
@@ -315,7 +310,7 @@ def _run(cfg: CrawlConfig, args: argparse.Namespace) -> int:
                 totals["near_duplicates"] += up.get("near_duplicates", 0)
                 st = up.get("status", {})
                 totals["errors"] += sum(st.get(s, 0) for s in ("retry", "http_error", "gone"))
-        _say_reports(progress, reports, wait=True, rewrite=write_report)
+        _say_reports(progress, reports, wait=True)
     rate = totals["fetched"] / totals["seconds"] if totals["seconds"] else 0.0
     print(f"summary: {args.rounds} round(s), {totals['fetched']} fetched, {totals['new_urls']} new URLs, "
           f"{totals['duplicates']} duplicates, {totals['near_duplicates']} near-duplicates, "
@@ -323,19 +318,12 @@ def _run(cfg: CrawlConfig, args: argparse.Namespace) -> int:
     return _degraded(summaries, args.strict)
 
 
-def _say_reports(progress: Any, reports: list[tuple[int, Any]], wait: bool,
-                 rewrite: Callable[[int], dict[str, Any]]) -> None:
+def _say_reports(progress: Any, reports: list[tuple[int, Any]], wait: bool) -> None:
     """Print "round N report: PATH" for the reports written so far, in round order (all of them, waiting,
-    with ``wait``). Called between rounds, when no step writes: a report that failed in the background
-    (say, a later round's rerun removed a file it had listed) is written again here, and its error,
-    if any, is raised."""
+    with ``wait``); a report that failed raises here."""
     while reports and (wait or reports[0][1].done()):
         round_no, fut = reports.pop(0)
-        try:
-            path = fut.result()["path"]
-        except Exception:
-            path = rewrite(round_no)["path"]
-        progress(f"round {round_no} report: {path}")
+        progress(f"round {round_no} report: {fut.result()['path']}")
 
 
 if __name__ == "__main__":

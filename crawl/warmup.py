@@ -10,9 +10,8 @@ before its first request and after its last one that had nothing to do with craw
   in a background thread as the worker comes up, so they overlap the driver's own start;
 - ``crawl run`` wrote each round's HTML report (matplotlib charts, 1-3 s) between that round's
   publish and the next round's first step; it now writes it in a background thread while the next
-  round runs (the report reads only files of rounds up to its own, which a later round's steps
-  only add to, atomically; only a rerun of a step removes its own stale files, so a report that
-  fails anyway is written again between rounds, when no step runs);
+  round runs (the report reads only files of rounds up to its own, which a later round's steps never
+  change: they add files, atomically);
 - the first round's reprioritise imported SciPy and scikit-learn (1.8 s) and its report matplotlib:
   ``crawl run`` imports them in a background thread while its cluster starts;
 - a process exit ran the interpreter's final garbage collection over every object the process ever
