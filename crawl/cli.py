@@ -293,8 +293,7 @@ def _run(cfg: CrawlConfig, args: argparse.Namespace) -> int:
     with held(cfg, phase="run") as lease, make_progress() as progress, \
             ThreadPoolExecutor(1, thread_name_prefix="crawl-report") as writer:
         writer.submit(import_driver_modules)
-        # the cluster starts while the first round injects and generates (crawl.warmup)
-        with dask_client(cfg, announce=progress, background=True) as client:
+        with dask_client(cfg, announce=progress) as client:
             for i in range(args.rounds):
                 now = (start + timedelta(seconds=i * cfg.round_duration_s)) if start else datetime.now(UTC)
                 summary = rnd.run_round(cfg, args.seeds if i == 0 else None, now, progress=progress, client=client,

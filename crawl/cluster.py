@@ -13,10 +13,9 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
+from concurrent.futures import CancelledError
 from typing import Any
 
 from crawl.config import ConfigError, CrawlConfig
@@ -58,22 +57,16 @@ def check_run_dask_address(value: str | None, environ: Mapping[str, str] | None 
 
 
 @contextlib.contextmanager
-def dask_client(cfg: CrawlConfig, announce: Callable[[str], None] | None = None,
-                background: bool = False) -> Iterator[object]:
+def dask_client(cfg: CrawlConfig, announce: Callable[[str], None] | None = None) -> Iterator[object]:
     """Yield a ``distributed.Client``; an embedded cluster lives only for the block.
 
     The embedded cluster serves Dask's dashboard (task stream, worker memory and CPU) on
     127.0.0.1:``dask_dashboard_port`` (0 = a free port) unless ``dask_dashboard`` is off; ``announce``
     gets its URL (``crawl run`` prints it). Distributed serves it only when bokeh is installed.
-
-    ``background``: the embedded cluster starts in a background thread and the block gets a stand-in
-    whose first use waits for it, so the caller's own work before its first task (``crawl run``:
-    inject, generate) overlaps the workers' start; an error starting it is raised at that first use,
-    or on leaving the block.
     """
-    if cfg.dask_address:
-        from distributed import Client
+    from distributed import Client, LocalCluster
 
+    if cfg.dask_address:
         try:
             client = Client(cfg.dask_address, timeout=f"{CONNECT_TIMEOUT_S}s")
         except (OSError, TimeoutError) as exc:
@@ -90,29 +83,6 @@ def dask_client(cfg: CrawlConfig, announce: Callable[[str], None] | None = None,
         finally:
             client.close()
         return
-    if not background:
-        cluster, client = _start_local(cfg)
-        _announce(client, cfg, announce)
-        try:
-            yield client
-        finally:
-            client.close()
-            cluster.close()
-        return
-    with ThreadPoolExecutor(1, thread_name_prefix="crawl-cluster-start") as starter:
-        started = starter.submit(_start_local, cfg)
-        try:
-            yield _Starting(started, lambda c: _announce(c, cfg, announce))
-        finally:
-            cluster, client = started.result()
-            client.close()
-            cluster.close()
-
-
-def _start_local(cfg: CrawlConfig) -> tuple[Any, Any]:
-    """(LocalCluster, Client) of the embedded cluster."""
-    from distributed import Client, LocalCluster
-
     # Workers are processes (fetch and parse are CPU-heavy between awaits). Nanny processes are
     # spawned; when the parent is an ``airflow`` entry point, spawn would re-run it, so the Airflow
     # layer runs the engine in a plain ``python -m crawl`` subprocess (see dags/recrawl.py).
@@ -131,29 +101,13 @@ def _start_local(cfg: CrawlConfig) -> tuple[Any, Any]:
         # (crawl.warmup: seconds before the first request and in the close, at a few thousand pages)
         preload=["crawl.warmup"],
     )
+    client = Client(cluster)
+    _announce(client, cfg, announce)
     try:
-        return cluster, Client(cluster)
-    except BaseException:
+        yield client
+    finally:
+        client.close()
         cluster.close()
-        raise
-
-
-class _Starting:
-    """Stands in for the Client of a cluster still starting in a background thread: the first
-    attribute used waits for it (and announces it), then everything is the Client's."""
-
-    def __init__(self, started: Future, on_ready: Callable[[Any], None]) -> None:
-        self._started = started
-        self._on_ready: Callable[[Any], None] | None = on_ready
-        self._lock = threading.Lock()
-
-    def __getattr__(self, name: str) -> Any:
-        client = self._started.result()[1]
-        with self._lock:
-            if self._on_ready is not None:
-                on_ready, self._on_ready = self._on_ready, None
-                on_ready(client)
-        return getattr(client, name)
 
 
 def scheduler_address(client: Any) -> str:

@@ -52,17 +52,3 @@ def test_the_cli_process_exit_freezes_the_heap() -> None:
                          text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert int(out.stdout.split()[-1]) > 0
-
-
-def test_a_cluster_started_in_the_background_is_announced_and_used_on_first_use() -> None:
-    from crawl.cluster import dask_client
-
-    said: list[str] = []
-    cfg = load_config(overrides={"dask_workers": 1}, use_env=False)
-    with dask_client(cfg, announce=said.append, background=True) as client:
-        assert said == []  # nothing used yet: the start goes on behind the caller's back
-        assert client.submit(sum, [1, 2], pure=False).result() == 3
-        link = client.dashboard_link
-        assert said == [f"Dask dashboard: {link}"] and link.startswith("http://127.0.0.1:")
-        assert client.submit(sum, [3, 4], pure=False).result() == 7 and len(said) == 1
-
