@@ -273,56 +273,38 @@ def _degraded(summaries: list[dict[str, Any]], strict: bool) -> int:
 
 
 def _run(cfg: CrawlConfig, args: argparse.Namespace) -> int:
-    from concurrent.futures import ThreadPoolExecutor
     from datetime import timedelta
 
     from crawl import round as rnd
     from crawl.cluster import dask_client
     from crawl.lease import held
-    from crawl.warmup import import_driver_modules
 
     start = _now(args.now) if args.now else None
     totals = {"fetched": 0, "new_urls": 0, "duplicates": 0, "near_duplicates": 0, "errors": 0, "seconds": 0.0}
     summaries: list[dict[str, Any]] = []
     if args.seeds:
         rnd.validate_seeds(args.seeds, cfg)
-    # Each round's report is written in the background while the next round runs (crawl.warmup says
-    # why that is safe), its line printed once it is there; all are written before the lease is let go.
-    reports: list[tuple[int, Any]] = []
     # A live bar per step on a terminal (pages/s, ETA), plain lines otherwise (crawl.progress).
-    with held(cfg, phase="run") as lease, make_progress() as progress, \
-            ThreadPoolExecutor(1, thread_name_prefix="crawl-report") as writer:
-        writer.submit(import_driver_modules)
-        with dask_client(cfg, announce=progress) as client:
-            for i in range(args.rounds):
-                now = (start + timedelta(seconds=i * cfg.round_duration_s)) if start else datetime.now(UTC)
-                summary = rnd.run_round(cfg, args.seeds if i == 0 else None, now, progress=progress, client=client,
-                                        lease=lease)
-                _say_reports(progress, reports, wait=False)
-                reports.append((summary["round"], writer.submit(rnd.report, cfg, summary["round"])))
-                summaries.append(summary)
-                fp, up = summary["fetch_parse"], summary["update"]
-                totals["fetched"] += fp.get("fetched", 0)
-                totals["seconds"] += fp.get("seconds", 0.0)
-                totals["new_urls"] += up.get("new_urls", 0)
-                totals["duplicates"] += up.get("duplicates", 0)
-                totals["near_duplicates"] += up.get("near_duplicates", 0)
-                st = up.get("status", {})
-                totals["errors"] += sum(st.get(s, 0) for s in ("retry", "http_error", "gone"))
-        _say_reports(progress, reports, wait=True)
+    with held(cfg, phase="run") as lease, make_progress() as progress, dask_client(cfg, announce=progress) as client:
+        for i in range(args.rounds):
+            now = (start + timedelta(seconds=i * cfg.round_duration_s)) if start else datetime.now(UTC)
+            summary = rnd.run_round(cfg, args.seeds if i == 0 else None, now, progress=progress, client=client,
+                                    lease=lease)
+            progress(f"round {summary['round']} report: {rnd.report(cfg, summary['round'])['path']}")
+            summaries.append(summary)
+            fp, up = summary["fetch_parse"], summary["update"]
+            totals["fetched"] += fp.get("fetched", 0)
+            totals["seconds"] += fp.get("seconds", 0.0)
+            totals["new_urls"] += up.get("new_urls", 0)
+            totals["duplicates"] += up.get("duplicates", 0)
+            totals["near_duplicates"] += up.get("near_duplicates", 0)
+            st = up.get("status", {})
+            totals["errors"] += sum(st.get(s, 0) for s in ("retry", "http_error", "gone"))
     rate = totals["fetched"] / totals["seconds"] if totals["seconds"] else 0.0
     print(f"summary: {args.rounds} round(s), {totals['fetched']} fetched, {totals['new_urls']} new URLs, "
           f"{totals['duplicates']} duplicates, {totals['near_duplicates']} near-duplicates, "
           f"{totals['errors']} errors, {rate:.1f} pages/s (fetch+parse)")
     return _degraded(summaries, args.strict)
-
-
-def _say_reports(progress: Any, reports: list[tuple[int, Any]], wait: bool) -> None:
-    """Print "round N report: PATH" for the reports written so far, in round order (all of them, waiting,
-    with ``wait``); a report that failed raises here."""
-    while reports and (wait or reports[0][1].done()):
-        round_no, fut = reports.pop(0)
-        progress(f"round {round_no} report: {fut.result()['path']}")
 
 
 if __name__ == "__main__":

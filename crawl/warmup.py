@@ -8,12 +8,6 @@ before its first request and after its last one that had nothing to do with craw
   DuckDB...) only when its first task arrived, after the driver had started the cluster, injected
   and generated; :func:`dask_setup` (the embedded cluster's worker *preload*) starts those imports
   in a background thread as the worker comes up, so they overlap the driver's own start;
-- ``crawl run`` wrote each round's HTML report (matplotlib charts, 1-3 s) between that round's
-  publish and the next round's first step; it now writes it in a background thread while the next
-  round runs (the report reads only files of rounds up to its own, which a later round's steps never
-  change: they add files, atomically);
-- the first round's reprioritise imported SciPy and scikit-learn (1.8 s) and its report matplotlib:
-  ``crawl run`` imports them in a background thread while its cluster starts;
 - a process exit ran the interpreter's final garbage collection over every object the process ever
   built (1-2.5 s per worker, measured with ``py-spy dump --native``: ``gc_collect_main``), and the
   cluster's close waits for its workers to exit. :func:`skip_final_gc` freezes the heap at exit,
@@ -32,11 +26,6 @@ from typing import Any
 
 #: What a fetch or parse task imports on a worker (crawl.tasks imports them lazily, per task).
 TASK_MODULES = ("crawl.tasks", "crawl.fetch", "crawl.parse", "crawl.media", "crawl.warc")
-#: What a ``crawl run`` process imports lazily after its first fetch: reprioritise's importance and
-#: prior (SciPy, scikit-learn: 1.8 s), the HTML report (matplotlib). A stale entry costs nothing but
-#: its import; a missing one only its wait.
-DRIVER_MODULES = ("scipy.sparse", "sklearn.feature_extraction.text", "sklearn.linear_model", "sklearn.metrics",
-                  "crawl.reporthtml", "matplotlib.figure", "matplotlib.ticker", "matplotlib.backends.backend_svg")
 
 _registered = False
 
@@ -53,12 +42,6 @@ def skip_final_gc() -> None:
 def import_task_modules() -> None:
     """Import what a fetch or parse task needs (a task that arrives meanwhile waits on the import lock)."""
     for name in TASK_MODULES:
-        importlib.import_module(name)
-
-
-def import_driver_modules() -> None:
-    """Import what reprioritise and the report need (``crawl run`` does it while its cluster starts)."""
-    for name in DRIVER_MODULES:
         importlib.import_module(name)
 
 
