@@ -145,9 +145,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from crawl.warmup import skip_final_gc
+    from crawl.warmup import single_threaded_math, skip_final_gc
 
     skip_final_gc()  # the process's exit need not garbage-collect a heap it is about to return
+    single_threaded_math()  # no spinning BLAS/OpenMP threads next to the workers (crawl.warmup)
     args = build_parser().parse_args(argv)
     try:
         cfg = build_config(args)

@@ -8,6 +8,11 @@ before its first request and after its last one that had nothing to do with craw
   DuckDB...) only when its first task arrived, after the driver had started the cluster, injected
   and generated; :func:`dask_setup` (the embedded cluster's worker *preload*) starts those imports
   in a background thread as the worker comes up, so they overlap the driver's own start;
+- the CLI process's math libraries ran 2 OpenBLAS and 2 OpenMP threads (one per core): on this
+  loaded 2-core box the prior's Poisson GLM fit in reprioritise took 5-7 s of wall time and ~2 s of
+  CPU, spinning threads, where one thread takes 0.15-0.4 s (the same fit, alternating, load ~8).
+  :func:`single_threaded_math` gives the process one thread each, as Dask already does for its
+  workers (``distributed.nanny.pre-spawn-environ``); ``OMP_NUM_THREADS`` & co. set by the user win;
 - a process exit ran the interpreter's final garbage collection over every object the process ever
   built (1-2.5 s per worker, measured with ``py-spy dump --native``: ``gc_collect_main``), and the
   cluster's close waits for its workers to exit. :func:`skip_final_gc` freezes the heap at exit,
@@ -21,6 +26,7 @@ from __future__ import annotations
 import atexit
 import gc
 import importlib
+import os
 import threading
 from typing import Any
 
@@ -28,6 +34,22 @@ from typing import Any
 TASK_MODULES = ("crawl.tasks", "crawl.fetch", "crawl.parse", "crawl.media", "crawl.warc")
 
 _registered = False
+
+#: The thread-count variables of OpenMP, OpenBLAS and MKL, as Dask sets them for its workers.
+MATH_THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+def single_threaded_math() -> None:
+    """One OpenMP/BLAS thread for this process, unless the environment already says how many: the
+    variables for libraries loaded later (SciPy's OpenBLAS, scikit-learn's OpenMP), threadpoolctl for
+    those already loaded (NumPy's OpenBLAS)."""
+    if any(v in os.environ for v in MATH_THREAD_VARS):
+        return
+    for v in MATH_THREAD_VARS:
+        os.environ[v] = "1"
+    from threadpoolctl import threadpool_limits
+
+    threadpool_limits(1)
 
 
 def skip_final_gc() -> None:

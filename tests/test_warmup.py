@@ -52,3 +52,23 @@ def test_the_cli_process_exit_freezes_the_heap() -> None:
                          text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert int(out.stdout.split()[-1]) > 0
+
+
+def test_the_cli_process_runs_one_math_thread_unless_told_otherwise() -> None:
+    import os
+
+    code = ("import sys\n"
+            "from crawl.cli import main\n"
+            "main(['stats', '--root', sys.argv[1]])\n"
+            "import scipy.optimize, sklearn.linear_model, threadpoolctl\n"
+            "print(sorted({d['num_threads'] for d in threadpoolctl.threadpool_info()}))\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS",
+                                                            "MKL_NUM_THREADS")}
+    out = subprocess.run([sys.executable, "-c", code, "/nonexistent-root-for-stats"], capture_output=True,
+                         text=True, timeout=120, env=env)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split("\n")[-2] == "[1]"
+    told = subprocess.run([sys.executable, "-c", code, "/nonexistent-root-for-stats"], capture_output=True,
+                          text=True, timeout=120, env={**env, "OMP_NUM_THREADS": "2", "OPENBLAS_NUM_THREADS": "2"})
+    assert told.returncode == 0, told.stderr[-2000:]
+    assert "[1]" not in told.stdout.split("\n")[-2] or os.cpu_count() == 1  # the user's count stays
