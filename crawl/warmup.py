@@ -1,8 +1,8 @@
 """Start and exit costs of the processes a ``crawl run`` owns: the CLI process and its embedded workers.
 
 Why this module: at the size of a few thousand pages a round, a whole ``crawl run`` spent seconds
-before its first request and after its last one that had nothing to do with crawling
-(``bench/RESULTS.md``, "Fixed costs of a whole run"):
+before its first request, between rounds and after its last request that had nothing to do with
+crawling (``bench/RESULTS.md``, "Fixed costs of a whole run"):
 
 - an embedded worker imported the fetch and parse stacks (aiohttp, uvloop, selectolax, FastWARC,
   DuckDB...) only when its first task arrived, after the driver had started the cluster, injected
@@ -19,6 +19,10 @@ before its first request and after its last one that had nothing to do with craw
   so finalisation has nothing to traverse; the exit returns the memory anyway. Nothing of ours
   relies on that collection: files and WARC writers are closed explicitly, results are stored
   before a task returns.
+
+Tried and reverted (same section): writing a round's report while the next round runs, importing
+SciPy/matplotlib and starting the cluster in background threads -- on 2 cores such overlap only
+competes with the workers.
 """
 
 from __future__ import annotations
