@@ -253,6 +253,8 @@ def run_step(step: str, cfg_json: str, now_iso: str, round_no: int) -> None:
     elif step == "inject_to_publish":  # fixed cost: a round with nothing due (run_round, no seeds)
         rnd.run_round(cfg, None, now)
     out["seconds"] = time.perf_counter() - t0
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    out["cpu_s"] = ru.ru_utime + ru.ru_stime  # this process's CPU (a shared box moves wall time, not this)
     # this process's own high-water mark (VmHWM: getrusage's ru_maxrss would also carry the bench
     # process's RSS at fork time across exec), and its waited-for children's (Dask nannies, workers)
     rss_self = _vm_hwm_kib()
@@ -339,7 +341,7 @@ def one_size(n_urls: int, due: pa.Table, port: int, work: Path, fetches: int, pr
         res["steps"][step] = step_proc(step, overrides, now, HISTORY_ROUNDS + 1, prof_dir)
         s = res["steps"][step]
         print(f"  N={n_urls:>10,} {step:<13} {s['seconds']:7.2f} s in step, {s['wall_s']:7.2f} s wall,"
-              f" peak RSS {s['peak_rss_gib']:.2f} GiB", flush=True)
+              f" {s.get('cpu_s', 0):7.2f} s CPU, peak RSS {s['peak_rss_gib']:.2f} GiB", flush=True)
     res["round_s"] = sum(s["wall_s"] for s in res["steps"].values())
     res["peak_rss_gib"] = max(s["peak_rss_gib"] for s in res["steps"].values())
     if state_dir is None:
