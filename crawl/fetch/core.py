@@ -47,10 +47,8 @@ time a queue with work left sat between its requests (delay, Crawl-delay, 429/50
 from __future__ import annotations
 
 import asyncio
-import email.utils
 import heapq
 import logging
-import queue
 import random
 import threading
 import time
@@ -58,7 +56,7 @@ import zlib
 from collections import Counter, deque
 from collections.abc import Callable, Mapping, MutableMapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 import aiohttp
@@ -66,10 +64,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from crawl import records as R
-from crawl import url as U
 from crawl.checkpoint import (
-    CKPT_FETCH_SCHEMA,
-    CKPT_SITEMAP_SCHEMA,
     Resume,
     Segment,
     page_unit,
@@ -79,39 +74,34 @@ from crawl.checkpoint import (
 from crawl.config import CrawlConfig
 from crawl.digests import KnownDigests
 from crawl.errors import FetchStopped
-from crawl.fingerprint import payload_digest
-from crawl.ftp import FtpLimits, fetch_ftp
+from crawl.fetch.http import _CHUNK, FTP_PREFIX, _HttpCalls
+from crawl.fetch.outcome import (
+    SUBSET_DIAG,
+    SUBSET_ROBOTS,
+    SUBSET_SITEMAP,
+    SUBSET_WARC,
+    _Outcomes,
+    _row,
+    backoff_delay,
+    parse_retry_after,
+)
+from crawl.fetch.robots import _fresh_robots, _RobotsFetch
+from crawl.fetch.scheduler import _GAP_MARGIN_S, _NO_SLOT, _Host, _Job, _origin, _Scheduling, _Slot
+from crawl.fetch.sitemaps import _SitemapFetch
+from crawl.fetch.warcwriter import _WarcOutput, _WarcWriter
 from crawl.net import (
     GuardedResolver,
-    PrivateAddressError,
-    classify_error,
     guarded_connector,
     is_ip_key,
     politeness_ips,
 )
-from crawl.robots import RobotsPolicy, policy_from_response
-from crawl.warc import RecordRef, WarcFile, stored_response_headers
+from crawl.robots import policy_from_response
+from crawl.warc import WarcFile
 
 log = logging.getLogger(__name__)
 
-FTP_PREFIX = "ftp://"  # URLs the ftp handler (crawl.ftp) fetches
 # Rows of the robots.txt TTL cache kept in crawl state (one per host and fetch).
 ROBOTS_CACHE_SCHEMA = R.ROBOTS_CACHE_SCHEMA
-
-SUBSET_WARC = "warc"
-SUBSET_DIAG = "crawldiagnostics"
-SUBSET_ROBOTS = "robotstxt"
-SUBSET_SITEMAP = "sitemap"  # rows of sitemap requests; their records go in the robotstxt WARC file
-# sitemaps.org: a sitemap file may be up to 50 MB uncompressed (and list 50,000 URLs); the cap applies
-# to the decoded bytes, also for gzip'd .xml.gz files, and bounds each file's memory
-SITEMAP_MAX_BYTES = 50_000_000
-SITEMAP_MAX_ENTRIES_PER_HOST = 50_000  # entries kept per host and task, over all its sitemap files
-ROBOTS_MAX_REDIRECTS = 5  # RFC 9309 §2.3.1.2: follow at least five consecutive redirects
-# Added to every non-zero gap: covers clock-rate differences between our monotonic clock and the
-# server's wall clock (NTP slewing), so a gap we keep is never logged a hair short.
-_GAP_MARGIN_S = 0.002
-_CHUNK = 65_536
-_WRITE_QUEUE_BYTES = 64 << 20  # bodies queued for the WARC writer thread before fetching waits
 
 
 @dataclass
@@ -131,184 +121,14 @@ class FetchOutput:
     bodies: dict[int, tuple[list[tuple[str, str]], bytes]] = field(default_factory=dict)
 
 
-@dataclass
-class _Job:
-    url: str
-    url_hash: int
-    depth: int
-    etag: str | None = None
-    last_modified: str | None = None
-    hops: int = 0
-    robots: bool = False
-    sitemap: bool = False  # a sitemap file of the host (crawler-control request, not a page)
-    unit: str = ""  # the unit of work its rows belong to (crawl.checkpoint): input URL, robots, sitemaps
-    followup: bool = False  # queued by another job of its unit (redirect hop, re-try, sitemap file)
+class _Fetcher(_Scheduling, _HttpCalls, _Outcomes, _RobotsFetch, _SitemapFetch, _WarcOutput):
+    """One task's state: the slot heap, the session, the WARC writers and the output rows.
 
-
-@dataclass
-class _Slot:
-    """One politeness queue: the hosts sharing a politeness key (``cfg.politeness_key``).
-
-    Gap, in-flight limit and 429/503 backoff belong to the slot, so with ``domain`` or ``ip`` keys all
-    hosts of a domain (or on one address) are one queue to the server; robots.txt, errors and the
-    URL queues stay per host (RFC 9309 scopes robots.txt to scheme + host + port). With the default
-    ``host`` key a slot holds one host and this is the classic per-host queue.
+    The state lives here; the behaviour is mixed in from one module per job: :mod:`.scheduler` (slots,
+    heap, gaps), :mod:`.http` (the request), :mod:`.outcome` (rows of pages), :mod:`.robots`,
+    :mod:`.sitemaps` and :mod:`.warcwriter` (records, segments). This module keeps the setup, the
+    dispatcher loop and :func:`fetch_partition`.
     """
-
-    key: str
-    hosts: list[_Host] = field(default_factory=list)
-    rr: int = 0  # round-robin position among the hosts
-    next_at: float = 0.0
-    delay: float = 0.0  # the strictest delay of its hosts (max of configured delay and Crawl-delays)
-    in_flight: int = 0
-    in_heap: bool = False
-    retired: bool = False  # no longer counts against cfg.max_concurrent_hosts
-    last_start: float = -1e9  # task-relative times of the last request start and answer
-    last_answer: float = -1e9
-    idle_since: float | None = None  # when its last request ended (its politeness wait starts)
-
-    def pick(self) -> _Host | None:
-        """The next host (round-robin) that has a URL it may start now."""
-        hosts = self.hosts
-        n = len(hosts)
-        if n == 1:
-            h = hosts[0]
-            return h if h.queue and not h.closed and not h.blocked else None
-        for i in range(n):
-            h = hosts[(self.rr + i) % n]
-            if h.queue and not h.closed and not h.blocked:
-                self.rr = (self.rr + i + 1) % n
-                return h
-        return None
-
-    def has_work(self) -> bool:
-        return any(h.queue and not h.closed for h in self.hosts)
-
-
-@dataclass
-class _Host:
-    """One origin (scheme + host + port, RFC 9309 §2.3): its robots.txt, URL queue and error count.
-
-    Several origins of one server (``http://h``, ``https://h``, ``http://h:8080``) each ask their own
-    robots.txt but share the politeness slot of their key (the host by default).
-    """
-
-    host: str  # the host as the URL model gives it (the fetch rows' host column)
-    origin: str  # scheme://host[:port] from the URL model, where robots.txt is asked for
-    slot: _Slot
-    queue: deque[_Job] = field(default_factory=deque)
-    delay: float = 0.0
-    blocked: bool = False  # robots.txt in flight: no page request may start
-    errors: int = 0
-    backoff_n: int = 0
-    policy: RobotsPolicy | None = None
-    closed: bool = False  # remaining URLs were settled (deferred/filtered); nothing more to start
-    rng: random.Random = field(default_factory=random.Random)
-    sitemaps_seen: set[str] = field(default_factory=set)  # sitemap URLs queued (capped per host)
-    sitemap_entries: int = 0
-    resume_sitemaps: bool = False  # robots.txt came from this partition's checkpoint, its sitemaps did not
-
-
-@dataclass
-class _Response:
-    status: int
-    reason: str
-    headers: list[tuple[str, str]]
-    req_headers: list[tuple[str, str]]
-    body: bytes
-    truncated: str | None
-    ip: str | None
-    location: str | None
-    retry_after: str | None
-
-
-def _gunzip_capped(body: bytes, cap: int) -> tuple[bytes, bool]:
-    """Decode a gzip'd sitemap (``.xml.gz`` served without Content-Encoding) up to ``cap`` bytes.
-
-    Returns (bytes, truncated). A body that is not gzip is returned as is; a broken stream keeps
-    what decoded. The cap is what makes a gzip bomb harmless.
-    """
-    if body[:2] != b"\x1f\x8b":
-        return body, False
-    d = zlib.decompressobj(wbits=31)
-    try:
-        out = d.decompress(body, cap + 1)
-    except zlib.error:
-        return b"", True
-    return out[:cap], len(out) > cap
-
-
-def parse_retry_after(value: str | None, now: datetime) -> float | None:
-    """Seconds to wait from a ``Retry-After`` header: delta-seconds or an HTTP-date (RFC 9110 §10.2.3)."""
-    if not value:
-        return None
-    value = value.strip()
-    if value.isdigit():
-        return float(value)
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError, IndexError):
-        return None
-    if when is None:
-        return None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
-    return max(0.0, (when - now).total_seconds())
-
-
-def backoff_delay(cfg: CrawlConfig, n: int, rng: random.Random) -> float:
-    """The n-th (0-based) host backoff: base doubling, capped, with ±jitter (Nutch NUTCH-2946)."""
-    base = min(cfg.backoff_cap_s, cfg.backoff_base_s * (2.0 ** min(n, 60)))
-    return base * (1.0 + rng.uniform(-cfg.backoff_jitter, cfg.backoff_jitter))
-
-
-def _row(job: _Job, host: str, fetch_time: datetime, status: str, **kw: Any) -> dict[str, Any]:
-    row = {"url": job.url, "url_hash": job.url_hash, "host": host, "depth": job.depth,
-           "fetch_time": fetch_time, "status": status, "http_status": 0, "unit": job.unit}
-    row.update(kw)
-    return row
-
-
-def _fresh_robots(cache: pa.Table | None, now: datetime, ttl_s: float) -> dict[str, tuple[int, bytes]]:
-    """Latest fresh cached robots answer per origin (vectorised filter, then a small dict)."""
-    if cache is None or cache.num_rows == 0 or "origin" not in cache.column_names:
-        return {}
-    cutoff = pa.scalar(now - timedelta(seconds=ttl_s), R.TS)
-    fresh = cache.filter(pc.and_(pc.greater(cache["fetched_at"].cast(R.TS), cutoff),
-                                 pc.is_valid(cache["status"])))
-    fresh = fresh.sort_by([("origin", "ascending"), ("fetched_at", "descending")])
-    out: dict[str, tuple[int, bytes]] = {}
-    for h, s, b in zip(fresh["origin"].to_pylist(), fresh["status"].to_pylist(),
-                       fresh["body"].to_pylist(), strict=True):
-        out.setdefault(h, (s, b or b""))
-    return out
-
-
-def _origin(url: str, host: str | None, schemes: tuple[str, ...] = U.WEB_SCHEMES) -> tuple[str, str] | None:
-    """(``scheme://host[:port]``, host) of ``url`` by the URL model; None if the model refuses it.
-
-    Shortcut for the usual canonical URL ``scheme://host/...`` whose host column is already in the
-    model's form (lower case, no userinfo, port or trailing dot): the prefix is the origin, no parse.
-    Anything else is parsed, so a spelling (``user@HOST.:80``) never makes an origin of its own.
-    """
-    if host and "@" not in host and host[-1:] not in (".", "[") and host.islower():
-        for scheme in ("http://", "https://"):
-            if url.startswith(scheme) and url.startswith(host, len(scheme)):
-                end = len(scheme) + len(host)
-                if len(url) == end or url[end] in "/?#":
-                    return url[:end], host
-    try:
-        u = U.parse_url(url, schemes=schemes)
-    except U.InvalidURL:
-        return None
-    return u.origin, u.host
-
-
-_NO_SLOT = _Slot(key="")  # placeholder until build_slots groups the hosts by politeness key
-
-
-class _Fetcher:
-    """One task's state: the slot heap, the session, the WARC writers and the output rows."""
 
     def __init__(self, cfg: CrawlConfig, root: str, warc_prefix: str, now: datetime,
                  known: Mapping[str, tuple[str, str]] | None, deadline_s: float,
@@ -367,106 +187,13 @@ class _Fetcher:
             try:
                 ok = self.should_continue()  # type: ignore[misc]
             except Exception:  # cannot tell: stopping is the safe side
+                log.warning("should_continue failed: stopping the fetch", exc_info=True)
                 ok = False
             if not ok:
                 self.stopped = True
                 loop.call_soon_threadsafe(self.wake.set)
                 return
 
-    # -- segments (crawl.checkpoint) ----------------------------------------------------------
-    def _names(self, seg: int) -> dict[str, str]:
-        """The WARC file of each subset in segment ``seg`` (no number without checkpoints)."""
-        tag = f"-{seg:04d}" if self.on_segment is not None else ""
-        return {s: f"{self.prefix}{tag}-{n}.warc.gz" for s, n in (
-            (SUBSET_WARC, "warc"), (SUBSET_DIAG, "crawldiagnostics"), (SUBSET_ROBOTS, "robotstxt"))}
-
-    def _file(self, subset: str) -> WarcFile:
-        """Writer thread: the current segment's file of ``subset``, opened on its first record."""
-        w = self.warcs.get(subset)
-        if w is None:
-            w = self.warcs[subset] = WarcFile.open(self.root, self._names(self.wseg)[subset],
-                                                   user_agent=self.cfg.user_agent)
-        return w
-
-    def close_files(self, every_subset: bool) -> list[str]:
-        """Writer thread (or after it stopped): place the current segment's files; returns them.
-        ``every_subset``: also the subsets without a record (one file per subset, as without
-        checkpoints)."""
-        if every_subset:
-            for subset in self._names(self.wseg):
-                self._file(subset)
-        placed = []
-        for w in self.warcs.values():
-            w.close()
-            placed.append(w.rel_path)
-        self.warcs = {}
-        self.placed.extend(placed)
-        return placed
-
-    def abort_files(self) -> None:
-        for w in self.warcs.values():
-            w.abort()
-        self.warcs = {}
-
-    def _unlive(self, unit: str) -> None:
-        n = self.live[unit] - 1
-        if n > 0:
-            self.live[unit] = n
-        else:
-            del self.live[unit]
-
-    def _maybe_cut(self) -> None:
-        """Cut a segment when enough rows or time have passed since the last cut."""
-        if self.on_segment is None or self.stopped:
-            return
-        n = len(self.rows) - self.cut_rows
-        every, secs = self.cfg.fetch_checkpoint_every, self.cfg.fetch_checkpoint_s
-        if (every and n >= every) or (secs and n and self.mono() - self.cut_at >= secs):
-            self.cut()
-
-    def cut(self) -> None:
-        """End the current segment: queue, behind every record already queued, the closing of its
-        WARC files and the writing of its checkpoint (the writer thread does both, off the loop).
-        The rows are copied now (they are complete: a row is appended with its record submitted)."""
-        rows = [dict(r) for r in self.rows[self.cut_rows:]]
-        robots = self.robots_rows[self.cut_robots:]
-        sitemaps = self.sitemap_parts[self.cut_sitemaps:]
-        self.cut_rows, self.cut_robots, self.cut_sitemaps = len(self.rows), len(self.robots_rows), \
-            len(self.sitemap_parts)
-        open_units = list(self.live)
-        seg = self.seg
-        self.seg += 1
-        self.names = self._names(self.seg)
-        self.cut_at = self.mono()
-        self.stats["segments"] += 1
-
-        def close() -> None:
-            started = time.monotonic()
-            files = self.close_files(every_subset=False)
-            self.wseg = seg + 1
-            refs = self.writer.refs
-            for r in rows:
-                _resolve(r, refs)
-            segment = Segment(
-                number=seg, attempt=self.attempt,
-                fetches=pa.Table.from_pylist(rows, schema=CKPT_FETCH_SCHEMA) if rows
-                else CKPT_FETCH_SCHEMA.empty_table(),
-                robots=pa.Table.from_pylist(robots, schema=ROBOTS_CACHE_SCHEMA) if robots
-                else ROBOTS_CACHE_SCHEMA.empty_table(),
-                sitemaps=pa.concat_tables(sitemaps) if sitemaps else CKPT_SITEMAP_SCHEMA.empty_table(),
-                open_units=open_units, warc_files=files)
-            self.on_segment(segment)  # type: ignore[misc]
-            self.checkpoint_s += time.monotonic() - started
-
-        self.writer.submit(close, 0)
-
-    # -- clock -------------------------------------------------------------------------------
-    def mono(self) -> float:
-        return time.monotonic() - self.t0
-
-    def wall(self) -> datetime:
-        """Fetch time: the task's ``now`` plus elapsed time, so a simulated round clock stays coherent."""
-        return self.now0 + timedelta(seconds=self.mono())
 
     # -- setup --------------------------------------------------------------------------------
     def load(self, fetchlist: pa.Table, robots_cache: pa.Table | None, resume: Resume | None = None) -> None:
@@ -546,14 +273,6 @@ class _Fetcher:
             if digest:
                 self.known[digest] = (url, t.isoformat())
 
-    def key_of_host(self, host: str) -> str:
-        """The politeness key of ``host``: the frontier's (fetch list ``pkey``, so a task's queues are
-        exactly its partition's keys), else derived by the same rule (:func:`crawl.url.politeness_key`)."""
-        key = self.pkeys.get(host)
-        if key is None:
-            mode = "host" if self.cfg.politeness_key == "ip" else self.cfg.politeness_key
-            key = self.pkeys[host] = U.politeness_key(f"http://{host}/", mode) or host
-        return key
 
     async def _politeness_keys(self) -> dict[str, str]:
         """host -> politeness key. ``ip``: the address the frontier resolved (the fetch list's pkey);
@@ -569,66 +288,6 @@ class _Fetcher:
         self.pkeys.update(keys)
         return keys
 
-    def build_slots(self, keys: Mapping[str, str]) -> None:
-        for h in self.hosts.values():
-            key = keys.get(h.host, h.host)
-            s = self.slots.get(key)
-            if s is None:
-                s = self.slots[key] = _Slot(key=key, delay=self.cfg.politeness_delay_s)
-            s.hosts.append(h)
-            h.slot = s
-        self.stats["politeness_keys"] = len(self.slots)
-
-    # -- heap ---------------------------------------------------------------------------------
-    def push(self, s: _Slot) -> None:
-        if not s.in_heap and s.has_work():
-            s.in_heap = True
-            self.seq += 1
-            heapq.heappush(self.heap, (s.next_at, self.seq, s.key))
-
-    def settle_host(self, h: _Host, status: str, error: str, retry_after: float | None = None) -> None:
-        """Give every queued URL of the host a final row without fetching it (never lose a URL).
-
-        Queued robots.txt and sitemap requests get their own subset's row, so no consumer mistakes
-        them for pages."""
-        t = self.wall()
-        while h.queue:
-            job = h.queue.popleft()
-            if job.followup:
-                self._unlive(job.unit)
-            subset = SUBSET_ROBOTS if job.robots else SUBSET_SITEMAP if job.sitemap else SUBSET_DIAG
-            self.rows.append(_row(job, h.host, t, status, error=error, subset=subset,
-                                  retry_after_s=retry_after))
-        h.closed = True
-
-    def apply_policy(self, h: _Host) -> None:
-        """Robots decided: defer, slow down, or mark disallowed URLs before they take a slot."""
-        p = h.policy
-        assert p is not None
-        if p.defer_host:
-            self.settle_host(h, R.DEFERRED, "robots_unavailable")
-            return
-        cd = p.crawl_delay
-        if cd is not None and cd > self.cfg.max_crawl_delay_s:
-            self.settle_host(h, R.DEFERRED, "crawl_delay_above_cap")
-            return
-        h.delay = max(self.cfg.politeness_delay_s, cd or 0.0)
-        s = h.slot
-        s.delay = max(s.delay, h.delay)
-        if s.delay > 0:  # the robots.txt request itself counts: gap from it with the new delay
-            ref = s.last_answer if self.one_in_flight else s.last_start
-            s.next_at = max(s.next_at, ref + s.delay + _GAP_MARGIN_S, s.last_start + s.delay)
-        keep: deque[_Job] = deque()
-        t = self.wall()
-        for job in h.queue:
-            if job.robots or p.allowed(job.url):
-                keep.append(job)
-            else:
-                if job.followup:
-                    self._unlive(job.unit)
-                self.rows.append(_row(job, h.host, t, R.ROBOTS_DENIED, error="robots",
-                                      subset=SUBSET_SITEMAP if job.sitemap else SUBSET_DIAG))
-        h.queue = keep
 
     # -- main loop ----------------------------------------------------------------------------
     async def run(self) -> None:
@@ -742,11 +401,6 @@ class _Fetcher:
             if h.queue:
                 self.settle_host(h, R.DEFERRED, "deadline")
 
-    def retire(self, s: _Slot) -> None:
-        """Free the slot's concurrency place once nothing is queued and nothing is in flight."""
-        if not s.retired and s.in_flight == 0 and not s.has_work():
-            s.retired = True
-            self.active -= 1
 
     def _task_done(self, task: asyncio.Task[None]) -> None:
         self.tasks.discard(task)
@@ -756,97 +410,6 @@ class _Fetcher:
             log.error("fetch task failed internally", exc_info=(type(exc), exc, exc.__traceback__))
         self.wake.set()
 
-    async def _on_headers_sent(self, session: Any, ctx: Any, params: Any) -> None:
-        """With parallel requests per key, the gap runs from when the request really left."""
-        s = ctx.trace_request_ctx
-        if isinstance(s, _Slot) and s.delay > 0:
-            s.next_at = max(s.next_at, self.mono() + s.delay + _GAP_MARGIN_S)
-
-    def _answered(self, s: _Slot) -> None:
-        """One request per key: the gap runs from the answer (response headers, or the failure).
-
-        Why not from the send time: the server stamps a request's start when it gets round to it,
-        which may be some milliseconds after we sent it, so send + delay can look like a shorter gap
-        in the server's log. The server's start is always before its answer reaches us, so answer +
-        delay is a gap the server can never see as too short (Nutch also counts from the end).
-        """
-        s.last_answer = self.mono()
-        if s.delay > 0 and self.one_in_flight:
-            s.next_at = max(s.next_at, s.last_answer + s.delay + _GAP_MARGIN_S)
-
-    # -- one request --------------------------------------------------------------------------
-    async def _request(self, h: _Host, url: str, headers: dict[str, str], cap: int,
-                       slot: _Slot | None = None) -> _Response:
-        """One GET, no redirects followed; ``slot`` (default the origin's) is the politeness queue
-        the request counts against (a robots.txt redirect to another host counts against that
-        host's)."""
-        if self.stopped:  # redirect hops and robots/sitemap follow-ups too
-            raise FetchStopped("fetch stopped")
-        s = slot or h.slot
-        body = bytearray()
-        truncated: str | None = None
-        resp: aiohttp.ClientResponse | None = None
-        meta: dict[str, Any] = {}
-        started = self.mono()
-        try:
-            async with asyncio.timeout(self.cfg.total_timeout_s):
-                async with self.session.get(url, headers=headers, allow_redirects=False,
-                                            timeout=self.timeout, trace_request_ctx=s) as resp:
-                    self._answered(s)
-                    meta["status"] = resp.status
-                    meta["reason"] = resp.reason or ""
-                    meta["headers"] = [(k.decode("latin-1"), v.decode("latin-1"))
-                                       for k, v in resp.raw_headers]
-                    meta["req_headers"] = list(resp.request_info.headers.items())
-                    meta["location"] = resp.headers.get("Location")
-                    meta["retry_after"] = resp.headers.get("Retry-After")
-                    peer = resp.connection.transport.get_extra_info("peername") \
-                        if resp.connection and resp.connection.transport else None
-                    meta["ip"] = peer[0] if peer else None
-                    try:
-                        async for chunk in resp.content.iter_chunked(_CHUNK):
-                            body += chunk
-                            if len(body) >= cap:
-                                if len(body) > cap or not resp.content.at_eof():
-                                    truncated = "length"
-                                del body[cap:]
-                                break
-                    except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError,
-                            aiohttp.ClientOSError, ConnectionError):
-                        truncated = "disconnect"
-                    except (aiohttp.ServerTimeoutError, aiohttp.SocketTimeoutError):
-                        truncated = "time"
-        except TimeoutError:
-            if "status" not in meta:
-                self._answered(s)
-                raise
-            truncated = "time"
-        except BaseException:
-            if "status" not in meta:
-                self._answered(s)
-            raise
-        finally:
-            self.stats["request_s"] += self.mono() - started
-        return _Response(meta["status"], meta["reason"], meta["headers"], meta["req_headers"],
-                         bytes(body), truncated, meta["ip"], meta["location"], meta["retry_after"])
-
-    async def _ftp_request(self, h: _Host, url: str, cap: int) -> _Response:
-        """One FTP session (:func:`crawl.ftp.fetch_ftp`) as a :class:`_Response`. The gap to the
-        next request of the key runs from the end of the session (``_answered``), so the server
-        never has two of our sessions open and sees them at least ``delay`` apart."""
-        if self.stopped:
-            raise FetchStopped("fetch stopped")
-        started = self.mono()
-        try:
-            r = await fetch_ftp(url, FtpLimits.from_config(self.cfg, cap), self.resolver)
-        finally:
-            self._answered(h.slot)
-            self.stats["request_s"] += self.mono() - started
-            self.stats["ftp_requests"] += 1
-        headers = [("Content-Type", r.content_type)] if r.content_type else []
-        if r.location:
-            headers.append(("Location", r.location))
-        return _Response(r.status, r.reason, headers, [], r.body, r.truncated, r.ip, r.location, None)
 
     async def _run_job(self, h: _Host, job: _Job) -> None:
         s = h.slot
@@ -877,518 +440,6 @@ class _Fetcher:
             self._unlive(job.unit)
             if self.on_segment is not None:
                 self._maybe_cut()
-
-    async def _gap(self, h: _Host) -> None:
-        """Wait for the slot's next start, then take it (a redirect hop is a request to the host too)."""
-        s = h.slot
-        wait = max(0.0, s.next_at - self.mono())
-        self.stats["politeness_wait_s"] += wait
-        await asyncio.sleep(wait)
-        s.last_start = self.mono()
-        s.next_at = s.last_start + s.delay + (_GAP_MARGIN_S if s.delay > 0 else 0.0)
-
-    def _key_of_url(self, url: str) -> str | None:
-        """The politeness key a request to ``url`` counts against (None: the URL model refuses it)."""
-        try:
-            return self.key_of_host(U.host_of(url, self.schemes))
-        except U.InvalidURL:
-            return None
-
-    async def _acquire(self, s: _Slot) -> bool:
-        """Take a start on another key's slot: wait for its gap and a free in-flight place (the
-        dispatcher sees ``in_flight`` and keeps off meanwhile). False if that takes longer than one
-        request may (two hosts whose robots.txt redirect to each other must not wait for each
-        other forever) or the deadline comes first."""
-        limit = self.cfg.max_in_flight_per_host
-        until = min(self.deadline_s, self.mono() + s.delay + self.cfg.total_timeout_s)
-        while s.in_flight >= limit or s.next_at > self.mono():
-            if self.mono() >= until:
-                return False
-            await asyncio.sleep(max(0.001, min(s.next_at - self.mono(), 0.05)))
-        s.in_flight += 1
-        s.last_start = self.mono()
-        s.next_at = s.last_start + s.delay + (_GAP_MARGIN_S if s.delay > 0 else 0.0)
-        return True
-
-    def _release(self, s: _Slot) -> None:
-        s.in_flight -= 1
-        if s.hosts:  # a slot of this task: let the dispatcher start its next URL
-            self.push(s)
-
-    # -- robots.txt ---------------------------------------------------------------------------
-    async def _robots(self, h: _Host, job: _Job) -> None:
-        cfg = self.cfg
-        url = job.url
-        status: int | None = None
-        body: bytes | None = None
-        robots_key: str | None = None  # the key of the host that answered, when it is not h's
-        for hop in range(ROBOTS_MAX_REDIRECTS + 1):
-            other: _Slot | None = None  # the slot of another politeness key a hop goes to
-            if hop:  # a redirect hop is a request too: obey the gap of the host it goes to
-                key = self._key_of_url(url)
-                robots_key = key if key != h.slot.key else None
-                target = self.slots.get(key) if robots_key else None
-                if robots_key is None:
-                    await self._gap(h)
-                elif target is None:
-                    # another task may be fetching that host now: do not ask it from here. The
-                    # cache row names the key, so the frontier puts this host in that key's queue
-                    # from the next round on, where the redirect is followed at that host's pace.
-                    self.stats["robots_redirect_other_partition"] += 1
-                    self.rows.append(_row(_Job(url, U.url_hash(url), 0, unit=job.unit), h.host, self.wall(), R.DEFERRED,
-                                          error="robots_other_partition", subset=SUBSET_ROBOTS))
-                    self.robots_rows.append({"origin": h.origin, "host": h.host, "fetched_at": self.wall(),
-                                             "status": None, "body": None, "robots_key": robots_key})
-                    self.settle_host(h, R.DEFERRED, "robots_other_partition")
-                    return
-                elif await self._acquire(target):
-                    other = target
-                    self.stats["robots_redirect_other_key"] += 1
-                else:
-                    self.rows.append(_row(_Job(url, U.url_hash(url), 0, unit=job.unit), h.host, self.wall(), R.RETRY,
-                                          error="robots_redirect_busy", subset=SUBSET_ROBOTS))
-                    status, body = None, None
-                    break
-            t = self.wall()
-            rjob = _Job(url, U.url_hash(url), 0, unit=job.unit)
-            self.stats["robots_requests"] += 1
-            try:
-                r = await self._request(h, url, {}, cfg.robots_max_bytes, slot=other)
-            except Exception as exc:  # noqa: BLE001 - every failure is an answer: "unreachable"
-                code = classify_error(exc)
-                if code == "private_address" and hop == 0:  # the host itself is refused
-                    self.rows.append(_row(rjob, h.host, t, R.FILTERED, error=code, subset=SUBSET_ROBOTS))
-                    self.settle_host(h, R.FILTERED, code)
-                    return
-                if code == "dns" and hop == 0:  # retried in a later round, like its URLs
-                    self.rows.append(_row(rjob, h.host, t, R.RETRY, error=code, subset=SUBSET_ROBOTS))
-                    self.settle_host(h, R.RETRY, code)
-                    return
-                self.rows.append(_row(rjob, h.host, t, R.RETRY, error=code, subset=SUBSET_ROBOTS))
-                status, body = None, None
-                break
-            finally:
-                if other is not None:
-                    self._release(other)
-            row = _row(rjob, h.host, t, R.FETCHED if 200 <= r.status < 300 else R.HTTP_ERROR,
-                       http_status=r.status, content_type=_header(r.headers, "content-type"),
-                       content_length=len(r.body), truncated=r.truncated, subset=SUBSET_ROBOTS,
-                       **self._store(SUBSET_ROBOTS, url, t, r))
-            status, body = r.status, r.body
-            if 300 <= r.status < 400 and r.location:
-                target = U.resolve(r.location, url)
-                row.update(status=R.REDIRECT, redirect_location=target)
-                self.rows.append(row)
-                if target is None or hop == ROBOTS_MAX_REDIRECTS:
-                    break  # unresolved 3xx: "unavailable", allow all
-                url = target
-                continue
-            self.rows.append(row)
-            break
-        h.policy = policy_from_response(status, body, cfg.robots_max_bytes, cfg.robots_agent)
-        if not h.policy.defer_host:  # an unavailable robots.txt (5xx, 429, unreachable) is not cached
-            self.robots_rows.append({"origin": h.origin, "host": h.host, "fetched_at": self.wall(),
-                                     "status": status, "body": body, "robots_key": robots_key})
-        self.apply_policy(h)
-        if cfg.sitemaps and not h.closed:
-            self._queue_sitemaps(h, h.policy.sitemaps or [h.origin + "/sitemap.xml"])
-
-    # -- sitemaps -----------------------------------------------------------------------------
-    def _queue_sitemaps(self, h: _Host, urls: list[str], after_queued: bool = False) -> None:
-        """Queue sitemap files of the host as its next requests (same gap rules as pages).
-
-        Only the host's own files (scheme + host + port of its robots.txt origin: a sitemap may
-        only list URLs under its own location), allowed by its robots.txt, each once, at most
-        ``cfg.max_sitemaps_per_host``. Root files go first in the host's queue; index children
-        (``after_queued``) go behind the sitemaps already queued, so an index is read
-        breadth-first and the cap keeps the shallowest files.
-        """
-        prefix = h.origin.lower() + "/"
-        p = h.policy
-        jobs: list[_Job] = []
-        for url in urls:
-            if not url.lower().startswith(prefix):
-                self.stats["sitemaps_cross_host"] += 1
-                continue
-            if url in h.sitemaps_seen:
-                continue
-            if len(h.sitemaps_seen) >= self.cfg.max_sitemaps_per_host:
-                self.stats["sitemaps_over_cap"] += 1
-                continue
-            h.sitemaps_seen.add(url)
-            job = _Job(url, U.url_hash(url), 0, sitemap=True, unit=sitemaps_unit(h.origin), followup=True)
-            if p is not None and not p.allowed(url):
-                self.rows.append(_row(job, h.host, self.wall(), R.ROBOTS_DENIED, error="robots",
-                                      subset=SUBSET_SITEMAP))
-                continue
-            jobs.append(job)
-        if not jobs:
-            return
-        at = 0
-        if after_queued:
-            while at < len(h.queue) and h.queue[at].sitemap:
-                at += 1
-        for i, job in enumerate(jobs):
-            h.queue.insert(at + i, job)
-            self.live[job.unit] += 1
-        self.push(h.slot)
-
-    async def _sitemap(self, h: _Host, job: _Job) -> None:
-        """Fetch one sitemap file (stored in the robotstxt WARC: a crawler-control file) and read it."""
-        t = self.wall()
-        self.stats["sitemap_requests"] += 1
-        try:
-            r = await self._request(h, job.url, {}, SITEMAP_MAX_BYTES)
-        except Exception as exc:  # noqa: BLE001 - network failures become rows
-            self.rows.append(_row(job, h.host, t, R.RETRY, error=classify_error(exc), subset=SUBSET_SITEMAP))
-            return
-        s = r.status
-        base = dict(http_status=s, content_type=_header(r.headers, "content-type"),
-                    etag=_header(r.headers, "etag"), last_modified=_header(r.headers, "last-modified"),
-                    content_length=len(r.body), truncated=r.truncated, subset=SUBSET_SITEMAP,
-                    **self._store(SUBSET_ROBOTS, job.url, t, r))
-        if 200 <= s < 300:
-            self.rows.append(_row(job, h.host, t, R.FETCHED, **base))
-            self._read_sitemap(h, job, t, r.body)
-        elif 300 <= s < 400:
-            target = U.resolve(r.location, job.url) if r.location else None
-            self.rows.append(_row(job, h.host, t, R.REDIRECT, redirect_location=target, **base))
-            if target is not None:  # counts against the per-host cap like any sitemap file
-                self._queue_sitemaps(h, [target], after_queued=True)
-        elif s in (429, 503):  # the server asks us to slow down: the whole key waits
-            wait = parse_retry_after(r.retry_after, datetime.now(UTC))
-            if wait is None:
-                wait = backoff_delay(self.cfg, h.backoff_n, h.rng)
-                h.backoff_n += 1
-            h.slot.next_at = max(h.slot.next_at, self.mono() + wait)
-            self.rows.append(_row(job, h.host, t, R.RETRY, error=f"http_{s}", retry_after_s=wait, **base))
-        else:
-            self.rows.append(_row(job, h.host, t, R.GONE if s in (404, 410) else R.HTTP_ERROR, **base))
-
-    def _read_sitemap(self, h: _Host, job: _Job, t: datetime, body: bytes) -> None:
-        try:
-            from crawl.sitemaps import parse_sitemap  # the freshness side owns the parser
-        except ImportError:  # not installed in this checkout: the fetch rows and WARC records stay
-            self.stats["sitemaps_unparsed"] += 1
-            return
-        data, cut = _gunzip_capped(body, SITEMAP_MAX_BYTES)
-        if cut:
-            self.stats["sitemaps_truncated"] += 1
-        try:
-            entries, children = parse_sitemap(data, job.url)
-        except Exception:  # noqa: BLE001 - a broken sitemap is the site's problem, not the round's
-            self.stats["sitemaps_unparsed"] += 1
-            return
-        if children:
-            self._queue_sitemaps(h, children, after_queued=True)
-        room = SITEMAP_MAX_ENTRIES_PER_HOST - h.sitemap_entries
-        if not entries or room <= 0:
-            if entries:
-                self.stats["sitemap_entries_over_cap"] += len(entries)
-            return
-        if len(entries) > room:
-            self.stats["sitemap_entries_over_cap"] += len(entries) - room
-            entries = entries[:room]
-        locs = pa.array([e[0] for e in entries], pa.string())
-        # sitemaps.org: a file may only list URLs under its own host (and scheme, port)
-        own = pc.starts_with(pc.utf8_lower(locs), h.origin.lower() + "/")
-        n = len(entries)
-        tbl = pa.table({
-            "host": pa.array([h.host] * n, pa.string()),
-            "sitemap_url": pa.array([job.url] * n, pa.string()),
-            "loc": locs,
-            "lastmod": pa.array([e[1] for e in entries], R.TS),
-            "changefreq": pa.array([e[2] for e in entries], pa.string()),
-            "fetch_time": pa.array([t] * n, R.TS),
-            "unit": pa.array([job.unit] * n, pa.string()),
-        }, schema=CKPT_SITEMAP_SCHEMA).filter(own)
-        self.stats["sitemap_entries_foreign"] += n - tbl.num_rows
-        h.sitemap_entries += tbl.num_rows
-        self.stats["sitemap_entries"] += tbl.num_rows
-        self.sitemap_parts.append(tbl)
-
-    # -- pages --------------------------------------------------------------------------------
-    async def _page(self, h: _Host, job: _Job) -> None:
-        cfg = self.cfg
-        t = self.wall()
-        self.stats["requests"] += 1
-        headers: dict[str, str] = {}
-        if job.etag:
-            headers["If-None-Match"] = job.etag
-        if job.last_modified:
-            headers["If-Modified-Since"] = job.last_modified
-        try:
-            if job.url.startswith(FTP_PREFIX):
-                r = await self._ftp_request(h, job.url, cfg.max_body_bytes)
-            else:
-                r = await self._request(h, job.url, headers, cfg.max_body_bytes)
-        except Exception as exc:  # noqa: BLE001 - network failures become rows
-            self._failed(h, job, t, exc)
-            return
-        base = dict(http_status=r.status, content_type=_header(r.headers, "content-type"),
-                    etag=_header(r.headers, "etag"), last_modified=_header(r.headers, "last-modified"),
-                    x_robots_tag=_header(r.headers, "x-robots-tag"))
-        s = r.status
-        if 200 <= s < 300:
-            self._fetched(h, job, t, r, base)
-            return
-        base.update(subset=SUBSET_DIAG, content_length=len(r.body), truncated=r.truncated,
-                    **self._store(SUBSET_DIAG, job.url, t, r))
-        if s == 304:
-            self.rows.append(_row(job, h.host, t, R.NOT_MODIFIED, **base))
-        elif 300 <= s < 400:
-            self._redirect(h, job, t, r, base)
-        elif s in (429, 503):
-            # an HTTP-date is the server's real clock, so compare with ours, not the task's `now`
-            wait = parse_retry_after(r.retry_after, datetime.now(UTC))
-            if wait is None:
-                wait = backoff_delay(cfg, h.backoff_n, h.rng)
-                h.backoff_n += 1
-            self._host_error(h, job, t, f"http_{s}", base, wait)
-        elif s in (404, 410):
-            self.rows.append(_row(job, h.host, t, R.GONE, **base))
-        elif s >= 500:
-            self._host_error(h, job, t, f"http_{s}", base, None)
-        else:
-            self.rows.append(_row(job, h.host, t, R.HTTP_ERROR, **base))
-
-    def _fetched(self, h: _Host, job: _Job, t: datetime, r: _Response, base: dict[str, Any]) -> None:
-        cols = self._store(SUBSET_WARC, job.url, t, r, dedup=True)
-        self.stats["bytes"] += len(r.body)
-        if self.hold_left:
-            self._hold(job.url, r)
-        self.rows.append(_row(job, h.host, t, R.FETCHED, subset=SUBSET_WARC, content_length=len(r.body),
-                              truncated=r.truncated, **base, **cols))
-
-    def _hold(self, url: str, r: _Response) -> None:
-        """Keep the body of the row about to be appended for the task's parse, with the headers its
-        WARC record gives back (FTP ``resource`` records have none); once a body does not fit in the
-        budget, keep no more. A record whose headers may not round-trip verbatim is not kept."""
-        size = len(r.body)
-        if size > self.hold_left:
-            self.hold_left = 0
-            self.stats["parse_held_over_budget"] = 1
-            return
-        headers = [] if url.startswith(FTP_PREFIX) else stored_response_headers(r.headers, size)
-        if headers is None:
-            self.stats["parse_held_not_verbatim"] += 1
-            return
-        self.held[len(self.rows)] = (headers, r.body)
-        self.hold_left -= size
-
-    def _redirect(self, h: _Host, job: _Job, t: datetime, r: _Response, base: dict[str, Any]) -> None:
-        target = U.resolve(r.location, job.url, self.schemes) if r.location else None
-        if target is None:
-            self.rows.append(_row(job, h.host, t, R.HTTP_ERROR, error="redirect_without_location", **base))
-            return
-        self.rows.append(_row(job, h.host, t, R.REDIRECT, redirect_location=target, **base))
-        canon = U.canonicalize(target, self.cfg.tracking_params, self.schemes) or target
-        where = _origin(canon, h.host, self.schemes)
-        if where is None or where[0] != h.origin:  # another origin has its own robots.txt to ask first
-            self.stats["redirect_cross_host"] += 1
-            return  # a new URL for the CrawlDb (update turns redirect rows into links)
-        hop = _Job(canon, U.url_hash(canon), job.depth, hops=job.hops + 1, unit=job.unit, followup=True)
-        if hop.hops > self.cfg.max_redirects:
-            self.rows.append(_row(hop, h.host, t, R.FILTERED, error="max_redirects", subset=SUBSET_DIAG))
-            return
-        reason = U.filter_reason(canon, job.depth, self.cfg)
-        if reason is not None:
-            self.rows.append(_row(hop, h.host, t, R.FILTERED, error=reason, subset=SUBSET_DIAG))
-            return
-        if h.policy is not None and not h.policy.allowed(canon):
-            self.rows.append(_row(hop, h.host, t, R.ROBOTS_DENIED, error="robots", subset=SUBSET_DIAG))
-            return
-        if not h.closed:
-            h.queue.appendleft(hop)  # next request of this host, after the delay
-            self.live[hop.unit] += 1
-        else:
-            self.rows.append(_row(hop, h.host, t, R.DEFERRED, error="host_closed", subset=SUBSET_DIAG))
-
-    def _failed(self, h: _Host, job: _Job, t: datetime, exc: BaseException) -> None:
-        code = classify_error(exc)
-        if isinstance(exc, PrivateAddressError) or code == "private_address":
-            self.rows.append(_row(job, h.host, t, R.FILTERED, error=code, subset=SUBSET_DIAG))
-            self.settle_host(h, R.FILTERED, code)  # the whole host resolves there
-            return
-        if code == "dns":
-            self.rows.append(_row(job, h.host, t, R.RETRY, error=code, subset=SUBSET_DIAG))
-            self.settle_host(h, R.RETRY, code)  # every URL of the host would fail the same way
-            return
-        if code == "invalid_url":
-            self.rows.append(_row(job, h.host, t, R.FILTERED, error=code, subset=SUBSET_DIAG))
-            return
-        self._host_error(h, job, t, code, {"subset": SUBSET_DIAG}, None)
-
-    def _host_error(self, h: _Host, job: _Job, t: datetime, error: str, base: dict[str, Any],
-                    wait: float | None) -> None:
-        """Count an error against the host; on 429/503 push its next-allowed time by ``wait``."""
-        h.errors += 1
-        self.stats["host_errors"] += 1
-        if wait is not None:
-            h.slot.next_at = max(h.slot.next_at, self.mono() + wait)
-            if h.slot.next_at < self.deadline_s and h.errors < self.cfg.max_host_errors:
-                self.rows.append(_row(job, h.host, t, R.RETRY, error=error, retry_after_s=wait, **base))
-                h.queue.appendleft(_Job(job.url, job.url_hash, job.depth, job.etag, job.last_modified,
-                                        job.hops, unit=job.unit, followup=True))
-                self.live[job.unit] += 1
-                return
-            self.rows.append(_row(job, h.host, t, R.RETRY, error=error, retry_after_s=wait, **base))
-            self.settle_host(h, R.DEFERRED, "host_backoff", retry_after=wait)
-            return
-        self.rows.append(_row(job, h.host, t, R.RETRY, error=error, **base))
-        if h.errors >= self.cfg.max_host_errors:
-            self.settle_host(h, R.DEFERRED, "host_errors")
-
-    # -- WARC ---------------------------------------------------------------------------------
-    def _store(self, subset: str, url: str, t: datetime, r: _Response, dedup: bool = False) -> dict[str, Any]:
-        """Queue request + response (or revisit) records; return the row's WARC file and a handle.
-
-        The records are written by one background thread, in submission order: WARC serialisation
-        and gzip cost about as much CPU as the HTTP exchange, and zlib/sha1 release the GIL. The
-        payload digest and the revisit decision (``known`` digests, also in submission order) are
-        made there too, off the event loop; digests, revisit columns and byte offsets are filled
-        into the rows at the end (:meth:`finish_rows`).
-        """
-        known = self.known
-        if url.startswith(FTP_PREFIX):
-            return self._store_resource(subset, url, t, r) if dedup else {}
-
-        def write() -> tuple[RecordRef, str | None, tuple[str, str] | None]:
-            w = self._file(subset)  # the segment's file, looked up in the writer's order
-            prior = digest = None
-            if dedup:
-                digest = payload_digest(r.body)
-                prior = known.get(digest)
-                if prior is None:
-                    known[digest] = (url, t.isoformat())
-            req = w.write_request(url, t, "GET", r.req_headers, ip=r.ip)
-            if prior is not None:
-                return (w.write_revisit(url, t, r.status, r.reason, r.headers, digest, prior[0],
-                                        _parse_iso(prior[1]), ip=r.ip), digest, prior)
-            ref = w.write_response(url, t, r.status, r.reason, r.headers, r.body, r.ip, r.truncated,
-                                   concurrent_to=req.record_id, digest=digest)
-            return ref, ref.digest, None
-
-        return {"warc_filename": self.names[subset], "_ref": self.writer.submit(write, len(r.body) + 1024)}
-
-    def _store_resource(self, subset: str, url: str, t: datetime, r: _Response) -> dict[str, Any]:
-        """An FTP capture: one ``resource`` record (no HTTP exchange, so no request record), or a
-        ``revisit`` without HTTP headers when the payload digest is known, as for HTTP. FTP
-        failures (404, 503...) store nothing; their row says what happened."""
-        ctype = _header(r.headers, "content-type") or "application/octet-stream"
-        known = self.known
-
-        def write() -> tuple[RecordRef, str | None, tuple[str, str] | None]:
-            w = self._file(subset)
-            digest = payload_digest(r.body)
-            prior = known.get(digest)
-            if prior is not None:
-                return (w.write_revisit(url, t, None, "", [], digest, prior[0], _parse_iso(prior[1]), ip=r.ip),
-                        digest, prior)
-            known[digest] = (url, t.isoformat())
-            ref = w.write_resource(url, t, ctype, r.body, r.ip, r.truncated, digest=digest)
-            return ref, digest, None
-
-        return {"warc_filename": self.names[subset], "_ref": self.writer.submit(write, len(r.body) + 1024),
-                "_wtype": "resource"}
-
-    async def _backpressure(self) -> None:
-        """Bound the memory of bodies waiting for the writer: wait for it when too much is queued."""
-        w = self.writer
-        while w.submitted_bytes - w.written_bytes > _WRITE_QUEUE_BYTES and w.error is None:
-            await asyncio.sleep(0.005)
-
-    def finish_rows(self) -> None:
-        """Fill digests, revisit columns and WARC offsets of the rows from the writer's results.
-
-        Raises the writer's error, if a write failed, so the WARC files are aborted, not published.
-        """
-        if self.writer.error is not None:
-            raise self.writer.error
-        refs = self.writer.refs
-        for row in self.rows:
-            if _resolve(row, refs):
-                self.stats["revisits"] += 1
-
-
-def _resolve(row: dict[str, Any], refs: list[Any]) -> bool:
-    """Fill a row's digest, revisit columns and WARC offsets from its written record; True for a revisit."""
-    i = row.pop("_ref", None)
-    if i is None:
-        return False
-    ref, digest, prior = refs[i]
-    row["warc_record_offset"] = ref.offset
-    row["warc_record_length"] = ref.length
-    row["payload_digest"] = digest
-    kind = row.pop("_wtype", "response")
-    if prior is None:
-        row["warc_type"] = kind
-        return False
-    row.update(warc_type="revisit", revisit_of_url=prior[0], revisit_of_date=prior[1])
-    return True
-
-
-class _WarcWriter:
-    """One thread writing WARC records in submission order, fed through a lock-free hand-off.
-
-    Why not a ``ThreadPoolExecutor``: its ``submit`` takes two locks and a ``Future`` condition per
-    record, and with the writer thread holding the GIL half the time those acquisitions convoyed
-    (about a fifth of the event loop's time at delay 0). Here the loop only appends to a
-    ``SimpleQueue``; each counter is written by one thread only, so no lock is needed.
-    """
-
-    def __init__(self) -> None:
-        self.q: queue.SimpleQueue[tuple[int, Any, int] | None] = queue.SimpleQueue()
-        self.refs: list[Any] = []
-        self.submitted_bytes = 0  # event-loop thread only
-        self.written_bytes = 0  # writer thread only
-        self.error: BaseException | None = None
-        self.thread = threading.Thread(target=self._loop, name="warc-writer", daemon=True)
-
-    def __enter__(self) -> _WarcWriter:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def submit(self, fn: Any, size: int) -> int:
-        i = len(self.refs)
-        self.refs.append(None)
-        self.submitted_bytes += size
-        self.q.put((i, fn, size))
-        return i
-
-    def close(self) -> None:
-        """Write everything queued, then stop the thread (idempotent)."""
-        if self.thread.is_alive():
-            self.q.put(None)
-            self.thread.join()
-
-    def _loop(self) -> None:
-        while True:
-            item = self.q.get()
-            if item is None:
-                return
-            i, fn, size = item
-            if self.error is None:  # after a failure the files are aborted anyway: skip the rest
-                try:
-                    self.refs[i] = fn()
-                except BaseException as exc:  # noqa: BLE001 - re-raised by finish_rows
-                    self.error = exc
-            self.written_bytes += size
-
-
-def _header(headers: list[tuple[str, str]], name: str) -> str | None:
-    for k, v in headers:
-        if k.lower() == name:
-            return v
-    return None
-
-
-def _parse_iso(value: str) -> datetime:
-    dt = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    return dt if dt.tzinfo else dt.replace(tzinfo=UTC)
 
 
 def event_loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
@@ -1516,4 +567,5 @@ def fetch_partition(
                        bodies=bodies)
 
 
-__all__ = ["ROBOTS_CACHE_SCHEMA", "FetchOutput", "backoff_delay", "fetch_partition", "parse_retry_after"]
+__all__ = ["ROBOTS_CACHE_SCHEMA", "FetchOutput", "backoff_delay", "event_loop_factory", "fetch_partition",
+           "parse_retry_after"]
