@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -50,6 +51,22 @@ def _state(cfg) -> set[tuple]:
                    strict=True))
 
 
+
+def kill_round_when(cmd: list[str], workdir: Path, ready: Callable[[], bool], poll_s: float = 0.1) -> None:
+    """Start the round CLI ``cmd``; SIGKILL it with the Dask workers it started once ``ready()`` (within
+    120 s; failing if the round ended first, with its stderr)."""
+    err_path = workdir / "killed.stderr"
+    with open(err_path, "w") as err:
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and proc.poll() is None and not ready():
+            time.sleep(poll_s)
+        assert proc.poll() is None, f"round ended before it could be killed: {err_path.read_text()[-3000:]}"
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)  # the CLI and the Dask workers it started
+        proc.wait(10)
+
 def test_killed_round_reruns_to_the_same_published_state(simweb, tmp_path):
     seeds = simweb.seed_urls(4)
     ref = _cfg(tmp_path / "ref", simweb)
@@ -59,20 +76,8 @@ def test_killed_round_reruns_to_the_same_published_state(simweb, tmp_path):
     cfg = _cfg(tmp_path / "crash", simweb)
     rnd.run_round(cfg, seeds, T0)
     store = Store(cfg.root, cfg.crawl_id)
-    err_path = tmp_path / "killed.stderr"
-    with open(err_path, "w") as err:
-        proc = subprocess.Popen(_cli(cfg, "round", "--now", (T0 + timedelta(hours=1)).isoformat()),
-                                stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
-    try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and proc.poll() is None:
-            if any(p.endswith(".done") for p in store.ls(store.round_dir(2, "fetched"))):
-                break
-            time.sleep(0.05)
-        assert proc.poll() is None, f"round ended before it could be killed: {err_path.read_text()[-3000:]}"
-    finally:
-        os.killpg(proc.pid, signal.SIGKILL)  # the CLI and the Dask workers it started
-        proc.wait(10)
+    kill_round_when(_cli(cfg, "round", "--now", (T0 + timedelta(hours=1)).isoformat()), tmp_path,
+                    lambda: any(p.endswith(".done") for p in store.ls(store.round_dir(2, "fetched"))), poll_s=0.05)
     assert store.current_round() == 1, "a killed round must not publish"
     done_before = {p for p in store.ls(store.round_dir(2, "fetched")) if p.endswith(".done")}
     dead = lease.current(store)  # the killed round's lease: taken over once it expires
@@ -483,21 +488,11 @@ def test_killed_mid_fetch_resumes_from_checkpoints(make_simweb, tmp_path):
     store = Store(cfg.root, cfg.crawl_id)
     rnd.run_round(cfg, sw.seed_urls(4), T0)
     since = time.time()
-    err_path = tmp_path / "killed.stderr"
-    with open(err_path, "w") as err:
-        proc = subprocess.Popen(_cli(cfg, "round", "--now", t1.isoformat()), stdout=subprocess.DEVNULL,
-                                stderr=err, start_new_session=True)
-    try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and proc.poll() is None:
-            log = read_log(sw.access_log)
-            if (pc.sum(pc.greater_equal(log["start"], since)).as_py() or 0) >= undisturbed["requests"] // 2:
-                break
-            time.sleep(0.1)
-        assert proc.poll() is None, f"round ended before it could be killed: {err_path.read_text()[-3000:]}"
-    finally:
-        os.killpg(proc.pid, signal.SIGKILL)  # the CLI and the Dask workers it started
-        proc.wait(10)
+    def half_fetched() -> bool:
+        log = read_log(sw.access_log)
+        return (pc.sum(pc.greater_equal(log["start"], since)).as_py() or 0) >= undisturbed["requests"] // 2
+
+    kill_round_when(_cli(cfg, "round", "--now", t1.isoformat()), tmp_path, half_fetched)
     first = log_figures(sw.access_log, delay, since)
     committed = list(Path(cfg.root).glob("state/crawl=res/rounds/00002/checkpoints/part=*/seg=*.json"))
     assert store.current_round() == 1 and committed, "no checkpoint before the kill"

@@ -114,9 +114,11 @@ def _ada_obj(url: str, base: str | None):  # noqa: ANN202 - a cffi handle
     return obj
 
 
-def _ada(url: str, base: str | None, schemes: tuple[str, ...] = WEB_SCHEMES) -> URL | None:
-    """One Ada parse -> :class:`URL` (host as WHATWG gives it), or None if Ada refuses it or the
-    result's scheme is not in ``schemes``."""
+def _ada_href(url: str, base: str | None,
+              schemes: tuple[str, ...]) -> tuple[str, tuple[int, int, int, int, int, int, int, int]] | None:
+    """One Ada parse -> (href, its components: protocol_end, username_end, host_start, host_end, port,
+    pathname_start, search_start, hash_start), or None if Ada refuses it or the scheme is not in
+    ``schemes`` (the one check :func:`_ada` and :func:`resolve` share)."""
     obj = _ada_obj(url, base)
     try:
         if not lib.ada_is_valid(obj):
@@ -124,20 +126,30 @@ def _ada(url: str, base: str | None, schemes: tuple[str, ...] = WEB_SCHEMES) -> 
         h = lib.ada_get_href(obj)
         href = ffi.buffer(h.data, h.length)[:].decode("utf-8")
         c = lib.ada_get_components(obj)
-        pe, ue, hs, he, port, ps, ss, fs = (c.protocol_end, c.username_end, c.host_start, c.host_end, c.port,
-                                            c.pathname_start, c.search_start, c.hash_start)
+        parts = (c.protocol_end, c.username_end, c.host_start, c.host_end, c.port,
+                 c.pathname_start, c.search_start, c.hash_start)
     finally:
         lib.ada_free(obj)
-    scheme = href[:pe - 1]
+    scheme = href[:parts[0] - 1]
     if scheme not in schemes or scheme not in _DEFAULT_PORTS:
         return None
+    return href, parts
+
+
+def _ada(url: str, base: str | None, schemes: tuple[str, ...] = WEB_SCHEMES) -> URL | None:
+    """One Ada parse -> :class:`URL` (host as WHATWG gives it), or None if Ada refuses it or the
+    result's scheme is not in ``schemes``."""
+    parsed = _ada_href(url, base, schemes)
+    if parsed is None:
+        return None
+    href, (pe, ue, hs, he, port, ps, ss, fs) = parsed
     host = href[hs + 1:he] if href[hs:hs + 1] == "@" else href[hs:he]
     if not _xn_labels_ok(host):
         return None
     n = len(href)
     path_end = ss if ss != _OMITTED else (fs if fs != _OMITTED else n)
     return URL(
-        scheme,
+        href[:pe - 1],
         href[pe + 2:ue] if ue > pe + 2 else "",
         href[ue + 1:hs] if hs > ue and href[ue] == ":" else "",
         host,
@@ -223,21 +235,12 @@ def resolve(input: str, base: str | None,  # noqa: A002 - the interface name
             schemes: tuple[str, ...] = WEB_SCHEMES) -> str | None:
     """Resolve ``input`` against ``base`` the WHATWG way -> its serialisation; None if unparsable or
     not of ``schemes``. (Link extraction's answer: no exception per bad ``href``.)"""
-    obj = _ada_obj(input, base)
     # what _ada checks, on the href alone: link resolution calls this ~30 times per page, and building
     # the URL dataclass cost more than Ada's parse (bench/parse_bench.py)
-    try:
-        if not lib.ada_is_valid(obj):
-            return None
-        h = lib.ada_get_href(obj)
-        href = ffi.buffer(h.data, h.length)[:].decode("utf-8")
-        c = lib.ada_get_components(obj)
-        pe, hs, he = c.protocol_end, c.host_start, c.host_end
-    finally:
-        lib.ada_free(obj)
-    scheme = href[:pe - 1]
-    if scheme not in schemes or scheme not in _DEFAULT_PORTS:
+    parsed = _ada_href(input, base, schemes)
+    if parsed is None:
         return None
+    href, (_, _, hs, he, *_) = parsed
     if "xn--" in href:
         host = href[hs + 1:he] if href[hs:hs + 1] == "@" else href[hs:he]
         if not _xn_labels_ok(host):
