@@ -139,10 +139,10 @@ def read_due(store: Store, version: int, shards: int, now: datetime,
     skip = ", ".join(f"'{x}'" for x in skip_status)
     known = con.execute(f"SELECT url_hash FROM {src} WHERE status IS NULL OR status NOT IN ({skip})"
                         ).fetchnumpy()["url_hash"]
-    due = con.execute(f"""
+    due = con.sql(f"""
         SELECT {", ".join(columns)} FROM {src}
         WHERE (status IS NULL OR status NOT IN ({skip})) AND (next_fetch_time IS NULL OR next_fetch_time <= $now)
-    """, {"now": now}).to_arrow_table()
+    """, params={"now": now}).to_arrow_table()  # con.sql: execute() would copy the rows once more
     con.close()
     schema = pa.schema([CRAWLDB_SCHEMA.field(c) for c in columns])
     return due.cast(schema), np.asarray(known, np.uint64)
