@@ -96,6 +96,15 @@ def _prev_db_source(con: duckdb.DuckDBPyConnection, store: Store, cfg: CrawlConf
     return crawldb.source_sql(store, con, prev, cfg.url_shards)
 
 
+def reached_hosts(store: Store, version: int) -> pa.Array | None:
+    """Hosts a server answered for up to round ``version``: those whose robots.txt got an HTTP answer
+    (the robots cache keeps no row for a host that never answered). The health gate judges only them."""
+    cache = load_robots_cache(store, version)
+    if cache is None:
+        return None
+    return pc.unique(cache.filter(pc.is_valid(cache.column("status"))).column("host"))
+
+
 # ---- the whole step ---------------------------------------------------------------------------------
 def update(cfg: CrawlConfig, round_no: int, now: datetime, client: Any = None) -> dict[str, Any]:
     store = Store(cfg.root, cfg.crawl_id)
@@ -107,7 +116,7 @@ def update(cfg: CrawlConfig, round_no: int, now: datetime, client: Any = None) -
     pages = store.read_tables(_parts(store, round_no, "pages"), PAGE_SCHEMA)
     # the health gate first: merge_shard reads it (a degraded round's failures do not count towards gone)
     planned = int((store.read_json(store.round_dir(round_no, "generate.json")) or {}).get("urls", 0))
-    round_health = health.assess(cfg, planned, fetched_all)
+    round_health = health.assess(cfg, planned, fetched_all, reached_hosts(store, round_no - 1))
     store.write_json(store.round_dir(round_no, "health.json"), round_health)
     stats, link_graph = prepare(cfg, store, round_no, fetched_all, pages)
 

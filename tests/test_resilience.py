@@ -327,6 +327,39 @@ def test_web_down_round_is_degraded_and_does_not_push_urls_to_gone(make_simweb, 
     assert "gone" not in statuses and max(retries) == 0, "a degraded round's failures must not count towards gone"
 
 
+
+def test_dead_link_hosts_do_not_make_a_round_degraded(make_simweb, tmp_path):
+    """Hosts that never answered (dead links' domains: here a closed loopback port) are the web's, not
+    the crawler's reach: a round whose queue is mostly their retries is healthy; the web going down
+    (test above) is still degraded."""
+    import socket
+
+    sw = make_simweb()
+    with socket.socket() as s:  # a port nothing listens on: every "server" behind it is long gone
+        s.bind(("127.0.0.1", 0))
+        closed = s.getsockname()[1]
+    cfg = _cfg(tmp_path / "dead", sw, resolve=[sw.resolve_rule, f"*.gone.test=127.0.0.1:{closed}"],
+               allowed_hosts=r"^((blog|news|shop|docs|forum|archive)-\d+\.sim\.test|site-\d+\.gone\.test)$")
+    store = Store(cfg.root, cfg.crawl_id)
+    rnd.run_round(cfg, sw.seed_urls(4), T0)
+    assert store.read_json(store.round_dir(1, "manifest.json"))["degraded"] is False
+    dead = [f"http://site-{i:02d}.gone.test/" for i in range(40)]
+    since = time.time()
+    rnd.run_round(cfg, dead, T0 + timedelta(hours=1))
+    health = store.read_json(store.round_dir(2, "manifest.json"))["health"]
+    print(f"\ndead-link hosts: {health}")
+    served = {r["host"] for r in read_log(sw.access_log).to_pylist() if r["start"] >= since}
+    assert len(served) >= 3, "the simulated web's hosts answered in round 2 (its access log)"
+    import duckdb
+
+    planned = duckdb.sql(f"SELECT DISTINCT host FROM read_parquet('{cfg.root}/state/crawl=res/rounds/00002/"
+                         "fetchlist/*.parquet')").fetchall()
+    tried_dead = {h for (h,) in planned if h.endswith(".gone.test")}
+    assert len(tried_dead) == len(dead) > len(served), "round 2 planned mostly dead hosts (else this proves nothing)"
+    assert health["degraded"] is False, health["reasons"]
+    assert health["hosts_never_reached"] == len(tried_dead) and health["hosts"] >= len(served)
+
+
 def test_scheduler_killed_mid_fetch_then_immediate_rerun_stays_polite(make_simweb, tmp_path):
     """The scheduler dies mid-fetch; its workers' fetch threads must stop, and a rerun on a new
     scheduler with new workers, started at once, must never overlap their requests."""
