@@ -43,6 +43,7 @@ from crawl.config import load_config  # noqa: E402
 from crawl.fetch import fetch_partition  # noqa: E402
 from crawl.records import FETCHLIST_SCHEMA  # noqa: E402
 from crawl.simweb.launch import launch  # noqa: E402
+from crawl.simweb.launch import stop as stop_process  # noqa: E402
 from crawl.simweb.model import SimParams, build  # noqa: E402
 from crawl.simweb.truth import truth_table  # noqa: E402
 from crawl.url import host_of, url_hash  # noqa: E402
@@ -253,8 +254,7 @@ def main() -> None:
               f"cpu_ms_per_page={round_cpu_ms:.2f} bare_cpu_ms_per_page={bare_cpu_ms:.2f} "
               f"load={load0:.1f}-{os.getloadavg()[0]:.1f}")
     finally:
-        proc.terminate()
-        proc.wait(10)
+        stop_process(proc)
         shutil.rmtree(work, ignore_errors=True)
 
 

@@ -54,6 +54,7 @@ from crawl.records import FETCHLIST_SCHEMA  # noqa: E402
 from crawl.simweb import model as M  # noqa: E402
 from crawl.simweb.accesslog import read_log  # noqa: E402
 from crawl.simweb.launch import launch  # noqa: E402
+from crawl.simweb.launch import stop as stop_process  # noqa: E402
 from crawl.simweb.truth import truth_table  # noqa: E402
 from crawl.store import Store  # noqa: E402
 
@@ -68,12 +69,7 @@ def start_simweb(hosts: int, seed: int, pages: int, workdir: Path) -> tuple[subp
 
 def stop(proc: subprocess.Popen) -> None:
     if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
+        stop_process(proc)
 
 
 def pick_urls(model: M.Model, good: list[str], per_host: int) -> list[str]:

@@ -46,6 +46,7 @@ from crawl import crawldb  # noqa: E402
 from crawl import round as rnd  # noqa: E402
 from crawl.cluster import dask_client  # noqa: E402
 from crawl.config import load_config  # noqa: E402
+from crawl.simweb.launch import stop as stop_process  # noqa: E402
 from crawl.simweb.model import SimParams, build  # noqa: E402
 from crawl.simweb.truth import truth_table  # noqa: E402
 from crawl.store import Store  # noqa: E402
@@ -90,12 +91,7 @@ class SimWebProcess:
 
     def stop(self) -> None:
         if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
+            stop_process(self.proc)
         self.err.close()
 
 

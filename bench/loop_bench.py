@@ -27,6 +27,7 @@ from crawl_bench import bench_fetchlist, bench_urls  # noqa: E402
 import crawl.fetch as F  # noqa: E402
 from crawl.config import load_config  # noqa: E402
 from crawl.simweb.launch import launch  # noqa: E402
+from crawl.simweb.launch import stop as stop_process  # noqa: E402
 
 
 def main() -> None:
@@ -62,8 +63,7 @@ def main() -> None:
         cpu = statistics.median(r[1] for r in res["uvloop"]) / statistics.median(r[1] for r in res["asyncio"])
         print(f"RESULT uvloop_vs_asyncio={rate:.2f} cpu_ratio={cpu:.2f} load={os.getloadavg()[0]:.1f}")
     finally:
-        proc.terminate()
-        proc.wait(10)
+        stop_process(proc)
         shutil.rmtree(work, ignore_errors=True)
 
 

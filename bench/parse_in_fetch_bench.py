@@ -30,6 +30,7 @@ from crawl import round as rnd  # noqa: E402
 from crawl.cluster import dask_client  # noqa: E402
 from crawl.config import CrawlConfig, load_config  # noqa: E402
 from crawl.simweb.launch import launch  # noqa: E402
+from crawl.simweb.launch import stop as stop_process  # noqa: E402
 from crawl.tasks import fetch_parse_task, fetch_task, parse_task  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -99,8 +100,7 @@ def main() -> None:
               f"inparse_fetch_parse_ratio={mean('on', 5) / mean('off', 5):.2f} "
               f"cpu_ms_on={mean('on', 6):.2f} cpu_ms_off={mean('off', 6):.2f}")
     finally:
-        proc.terminate()
-        proc.wait(10)
+        stop_process(proc)
         shutil.rmtree(work, ignore_errors=True)
 
 

@@ -31,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from crawl import round as rnd  # noqa: E402
 from crawl.config import load_config  # noqa: E402
 from crawl.simweb.launch import launch  # noqa: E402
+from crawl.simweb.launch import stop as stop_process  # noqa: E402
 from crawl.store import Store  # noqa: E402
 from crawl.tasks import fetch_task, parse_task  # noqa: E402
 
@@ -123,8 +124,7 @@ def main() -> None:
             if name in ("fetch", "parse"):
                 print(f"## {name}: cumulative\n\n{table(profiles[name], args.top, 'cumtime')}\n")
     finally:
-        proc.terminate()
-        proc.wait(10)
+        stop_process(proc)
         shutil.rmtree(work, ignore_errors=True)
 
 

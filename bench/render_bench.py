@@ -33,6 +33,7 @@ from crawl.records import FETCHLIST_SCHEMA  # noqa: E402
 from crawl.render import apply_rendered, render_partition, robots_policies  # noqa: E402
 from crawl.simweb import model as M  # noqa: E402
 from crawl.simweb.launch import launch  # noqa: E402
+from crawl.simweb.launch import stop as stop_process  # noqa: E402
 from crawl.simweb.spa import SpaSite  # noqa: E402
 from crawl.tasks import CONTROL_SUBSETS  # noqa: E402
 from crawl.url import url_hash  # noqa: E402
@@ -73,8 +74,7 @@ def main() -> None:
         rpages, _ = parse_partition(cfg.root, apply_rendered(docs, rendered), cfg.max_outlinks_per_page)
         t_rparse = time.perf_counter() - t0
     finally:
-        proc.terminate()
-        proc.wait(10)
+        stop_process(proc)
     n = pages.num_rows
     plain = (t_fetch + t_parse) / n
     rend = (t_fetch + t_render + t_rparse) / n

@@ -431,6 +431,7 @@ def main() -> None:
         run_step(args.step, args.cfg, args.now, args.round)
         return
     from crawl.simweb.launch import launch
+    from crawl.simweb.launch import stop as stop_process
 
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a terminated bench still stops its server
     sizes = [10_000, 100_000, 1_000_000] if args.quick else [int(x) for x in args.sizes.split(",")]
@@ -444,8 +445,7 @@ def main() -> None:
             results.append(one_size(n, due, port, work, args.fetches, args.profile, args.fixed, args.every,
                                     Path(args.state) if args.state else None, not args.no_digests))
     finally:
-        proc.terminate()
-        proc.wait(10)
+        stop_process(proc)
         shutil.rmtree(work, ignore_errors=True)
     print(f"load average at end: {os.getloadavg()}", flush=True)
     print(f"{'N':>10} {'build':>7} " + " ".join(f"{s:>12}" for s in STEPS) + f" {'round':>8} {'RSS GiB':>8}")

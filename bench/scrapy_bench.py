@@ -54,6 +54,7 @@ sys.path.insert(0, str(REPO))
 from crawl.config import CrawlConfig  # noqa: E402
 from crawl.simweb.accesslog import read_log  # noqa: E402
 from crawl.simweb.launch import launch  # noqa: E402
+from crawl.simweb.launch import stop as stop_process  # noqa: E402
 from crawl.simweb.model import SimParams, build  # noqa: E402
 
 SCRAPY_VERSION = "2.19.0"
@@ -266,8 +267,7 @@ def main() -> None:
             s_counted, scrapy_s = run_scrapy(py, port, seeds, work, counted, args.concurrency, 1)
             t2, c2 = time.time(), children_cpu_s()
         finally:
-            proc.terminate()
-            proc.wait(10)
+            stop_process(proc)
         try:
             ours_tl, theirs_tl = timeline(log, t0, t1), timeline(log, t1, t2)
         finally:

@@ -28,6 +28,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from crawl.simweb import model as M  # noqa: E402
+from crawl.simweb.launch import stop as stop_process  # noqa: E402
 
 
 async def run_pass(port: int, targets: list[tuple[str, str]], seconds: float, concurrency: int,
@@ -97,8 +98,7 @@ def main() -> int:
         # warm: only pages the cold pass rendered (bodies cached; the version cache is always warm)
         warm = asyncio.run(run_pass(port, targets[: cold["pages"]], seconds, a.concurrency))
     finally:
-        proc.terminate()
-        proc.wait(10)
+        stop_process(proc)
         tmp.cleanup()
     print(json.dumps({
         "bench": "simweb_serve", "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),

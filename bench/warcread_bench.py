@@ -31,6 +31,7 @@ from crawl import warc  # noqa: E402
 from crawl.config import load_config  # noqa: E402
 from crawl.fetch import fetch_partition  # noqa: E402
 from crawl.simweb.launch import launch  # noqa: E402
+from crawl.simweb.launch import stop as stop_process  # noqa: E402
 
 
 def main() -> None:
@@ -50,8 +51,7 @@ def main() -> None:
         out = fetch_partition(cfg, fl, root=cfg.root, warc_prefix="warc/w", now=datetime.now(UTC))
         files = sorted(set(pc.drop_null(out.fetches.column("warc_filename")).to_pylist()))
     finally:
-        proc.terminate()
-        proc.wait(10)
+        stop_process(proc)
     try:
         readers = {"warcio": warc.iter_records_warcio, "fastwarc": warc.iter_records_fastwarc}
         got = {name: [r for f in files for r in fn(cfg.root, f)] for name, fn in readers.items()}

@@ -11,7 +11,6 @@ server it started (by its PID). The output stays in ``--root`` (default ``crawld
 from __future__ import annotations
 
 import argparse
-import subprocess
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -21,6 +20,7 @@ from crawl import round as rnd
 from crawl.cluster import dask_client
 from crawl.config import load_config
 from crawl.simweb.launch import launch
+from crawl.simweb.launch import stop as stop_process
 
 
 def print_summary(root: str, crawl_id: str) -> None:
@@ -64,11 +64,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"round {i + 1} wall time: {time.monotonic() - t0:.1f} s")
         print_summary(cfg.root, cfg.crawl_id)
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop_process(proc)
     return 0
 
 

@@ -56,6 +56,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from crawl.demo import print_summary
     from crawl.simweb.launch import launch
+    from crawl.simweb.launch import stop as stop_process
     from crawl.simweb.model import SimParams, build
     from crawl.store import Store
 
@@ -98,8 +99,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"near-duplicates, {up['known']} known", flush=True)
         print_summary(str(root), "demo")
     finally:
-        proc.terminate()
-        proc.wait(10)
+        stop_process(proc)
     return 0
 
 

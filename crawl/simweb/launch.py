@@ -42,3 +42,14 @@ def launch(hosts: int, seed: int, access_log: Path, pages_per_host: int | None =
     proc.wait(5)
     detail = stderr_path.read_text(errors="replace")[-2000:] if stderr_path else ""
     raise RuntimeError(f"the simulated web did not start: {detail}")
+
+
+def stop(proc: subprocess.Popen) -> None:
+    """Stop a child started here (the simulated web, or any server a test or bench started) by its
+    PID: SIGTERM, then SIGKILL if it has not exited within 10 s."""
+    proc.terminate()
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
