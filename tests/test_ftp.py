@@ -20,6 +20,7 @@ import pytest
 
 from crawl.ftp import LISTING_MIME, FtpLimits, fetch_ftp, listing_links
 from crawl.net import GuardedResolver, PrivateAddressError
+from crawl.simweb.launch import stop as stop_process
 from tests.ftpserver import BIG_SIZE, make_tree, read_log
 
 CAP = 100_000
@@ -62,12 +63,7 @@ def _start(tmp_path: Path, *extra: str):
         assert line.startswith("PORT "), f"ftp server did not start: {line!r} {(tmp_path / 'ftpd.err').read_text()}"
         yield FtpServer(proc, int(line.split()[1]), root, log, files)
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc)
 
 
 @pytest.fixture
