@@ -134,3 +134,39 @@ def test_an_overlay_outgrowing_its_base_is_folded_into_a_new_base(tmp_path):
     crawldb.write_overlay(store, 3, 0, big)  # 50 + 301 rows > 20 % of 1000: folded
     assert not store.exists(crawldb.overlay_path(store, 3, 0)) and crawldb.count(store, 3, 1) == 1001
     assert crawldb.read_shard(store, 3, 0).column("priority").to_pylist()[10:60] == [2.0] * 50
+
+
+def _readme_crawldb_view(cfg, version: int) -> str:
+    """The README's DuckDB quick-start definition of the ``crawldb`` view, as written, pointed at ``cfg``'s
+    crawl root and ``version`` (the README's example is ``crawldata``, crawl ``demo``, round 3)."""
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+    block = readme.split("## DuckDB quick start", 1)[1].split("```sql\n", 1)[1].split("```", 1)[0]
+    stmt = next(s for s in block.split(";") if "CREATE OR REPLACE VIEW crawldb" in s)
+    example = "crawldata/state/crawl=demo/crawldb/v=00003/"
+    assert example in stmt
+    return stmt.replace(example, f"{cfg.root}/state/crawl={cfg.crawl_id}/crawldb/v={version:05d}/")
+
+
+def test_the_readme_crawldb_query_sees_an_incremental_rounds_rows(rounds, simweb):
+    """What the README tells a DuckDB user to run gives version 3 as the crawler left it: every URL the
+    crawler requested in round 3 (the server's access log) with round 3's fetch, the URLs round 3
+    discovered, one row per URL -- not version 2's rows that round 3's overlay replaced."""
+    cfg, summaries, started = rounds
+    overlay = Path(cfg.root, f"state/crawl={cfg.crawl_id}/crawldb/v=00003/overlay")
+    assert list(overlay.glob("*.parquet"))  # the case the README must cover
+    con = duckdb.connect()
+    con.execute(_readme_crawldb_view(cfg, 3))
+    rows = {r["url"]: r for r in con.sql("SELECT * FROM crawldb").to_arrow_table().to_pylist()}
+    assert con.sql("SELECT count(*) FROM crawldb").fetchall()[0][0] == len(rows)  # one row per URL
+    assert len(rows) == summaries[2]["update"]["known"]
+    requested = _requested_since(simweb, started[2]) & set(rows)
+    assert requested and all(rows[u]["round"] == 3 for u in requested), \
+        sorted(u for u in requested if rows[u]["round"] != 3)[:5]
+    v2 = duckdb.sql(f"SELECT url FROM read_parquet('{cfg.root}/state/crawl={cfg.crawl_id}/crawldb/v=00002/*.parquet')"
+                    ).to_arrow_table().column("url").to_pylist()
+    new = set(rows) - set(v2)
+    assert new and all(rows[u]["discovered_round"] == 3 for u in new)
+    assert set(v2) <= set(rows)
+    # the same view over a version without overlays is its shard files
+    con.execute(_readme_crawldb_view(cfg, 2))
+    assert con.sql("SELECT count(*) FROM crawldb").fetchall()[0][0] == len(v2) == summaries[1]["update"]["known"]
