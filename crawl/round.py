@@ -11,6 +11,7 @@ The Airflow DAG calls these steps one task each; the CLI calls :func:`run_round`
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -273,8 +274,13 @@ def _run_parts(client: Any, cfg: CrawlConfig, round_no: int, parts: list[int], n
     rendered = _render_parts(cfg, round_no, parts) if render else set()
     futures: dict[Any, tuple[int, Any, Any, int]] = {}
 
+    # Dask keys name this call's tasks only: a key another client still holds (a zombie attempt of this
+    # round, fenced by an older lease token; another crawl root's same crawl id on a shared scheduler)
+    # would hand back that attempt's task instead of running ours. Outputs do not depend on keys.
+    run_key = (f"t{token}-" if token is not None else "") + uuid.uuid4().hex[:8]
+
     def submit(k: int, attempt: int) -> Any:
-        tag = f"{cfg.crawl_id}-{round_no}-{k}" + (f"-retry{attempt}" if attempt else "")
+        tag = f"{cfg.crawl_id}-{round_no}-{run_key}-{k}" + (f"-retry{attempt}" if attempt else "")
         if cfg.parse_in_fetch_max_bytes > 0 and k not in rendered:
             fp = client.submit(fetch_parse_task, cfg, round_no, k, now, token, key=f"fetch-{tag}", pure=False)
             futures[fp] = (k, None, None, attempt)
