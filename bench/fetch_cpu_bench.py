@@ -1,0 +1,186 @@
+"""CPU per page of the fetch-only call (``crawl.fetch.fetch_partition``), against a same-run baseline.
+
+Why CPU and not pages/s: the box is shared (2 cores, other helpers, the simulated web's own server),
+so wall-clock throughput swings by tens of percent between runs, while the CPU a fetch spends per
+page (``time.process_time`` of the process: event loop, WARC writer thread and all) barely moves.
+On this box the simulated web takes the other core's time, so every millisecond of our CPU per page
+is throughput lost (issue 11, ``fetch_only_vs_ceiling``).
+
+Setup as ``bench/crawl_bench.py``'s fetch-only step: robots-allowed HTML pages of ``--hosts`` simulated
+hosts, round-robin over hosts, one fetch list, politeness delay 0, sitemaps on, WARC files written.
+Each run is a child process (``--child``) importing ``crawl`` from a source tree: this work tree
+("current") or ``git archive`` of ``--baseline-rev`` ("baseline"), alternated ``--reps`` times
+against the same warm server, so both sides see the same machine state. ``--profile FILE`` instead
+runs the current tree once in this process under cProfile and prints the top functions.
+
+    python bench/fetch_cpu_bench.py --hosts 300 --pages 5000 --reps 3 --baseline-rev main
+    python bench/fetch_cpu_bench.py --hosts 300 --pages 5000 --profile /tmp/fetch.prof
+
+Ends with ``RESULT fetch_cpu_ms_per_page=… baseline=… ratio=…`` (ratio = baseline / current, medians;
+> 1 means the current tree spends less CPU per page).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+# a child imports crawl from the tree it was given (current or baseline), the parent from this one
+sys.path.insert(0, os.environ.get("FETCH_CPU_TREE", str(REPO)))
+
+
+def fetch_config(work: Path, port: int, pages: int):  # noqa: ANN201 - CrawlConfig of the tree in use
+    """crawl_bench's fetch-only configuration (delay 0, one round long enough for every page)."""
+    from crawl.config import load_config
+
+    return load_config(overrides={
+        "root": str(work / "root"), "crawl_id": "bench", "resolve": [f"*.sim.test=127.0.0.1:{port}"],
+        "politeness_delay_s": 0.0, "max_pages": pages, "partitions": 4, "round_duration_s": 3600.0,
+        "max_pages_per_host_per_round": 100_000, "coverage_share": 1.0,
+    }, use_env=False)
+
+
+def run_once(fetchlist_path: Path, port: int, work: Path, prefix: str) -> dict:
+    """One fetch_partition over the stored fetch list: CPU and wall seconds, pages fetched."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    from crawl.fetch import fetch_partition
+
+    fl = pq.read_table(fetchlist_path)
+    cfg = fetch_config(work, port, fl.num_rows)
+    t0, c0 = time.perf_counter(), time.process_time()
+    out = fetch_partition(cfg, fl, root=str(work / "out"), warc_prefix=prefix, now=datetime.now(UTC))
+    cpu, wall = time.process_time() - c0, time.perf_counter() - t0
+    pages = out.fetches.filter(pc.equal(out.fetches.column("subset"), "warc"))
+    fetched = int(pc.sum(pc.equal(pages.column("status"), "fetched")).as_py() or 0)
+    return {"cpu_s": cpu, "wall_s": wall, "fetched": fetched, "rows": out.fetches.num_rows,
+            "requests": out.stats.get("requests", 0), "robots": out.stats.get("robots_requests", 0)}
+
+
+def child(args: argparse.Namespace) -> None:
+    r = run_once(Path(args.fetchlist), args.port, Path(args.work), args.prefix)
+    print("CHILD " + json.dumps(r), flush=True)
+
+
+def tree_at(rev: str, dest: Path) -> Path:
+    """``crawl/`` of git revision ``rev`` extracted under ``dest`` (importable as ``crawl``)."""
+    dest.mkdir(parents=True, exist_ok=True)
+    archive = subprocess.run(["git", "archive", rev, "crawl"], cwd=REPO, check=True, capture_output=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)
+    return dest
+
+
+def spawn(tree: Path, fetchlist: Path, port: int, work: Path, prefix: str) -> dict:
+    env = {**os.environ, "FETCH_CPU_TREE": str(tree), "PYTHONPATH": str(tree)}
+    p = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--child", "--fetchlist", str(fetchlist),
+                        "--port", str(port), "--work", str(work), "--prefix", prefix],
+                       env=env, capture_output=True, text=True, timeout=900)
+    for line in p.stdout.splitlines():
+        if line.startswith("CHILD "):
+            return json.loads(line[6:])
+    raise RuntimeError(f"child on {tree} failed: {p.stderr[-3000:]}")
+
+
+def warm(port: int, urls: list[str]) -> None:
+    """Fetch every URL once with a bare loop so the server's render cache is warm for all runs."""
+    sys.path.insert(0, str(REPO / "bench"))
+    from crawl_bench import plain_loop
+
+    asyncio.run(plain_loop(port, urls, False))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--hosts", type=int, default=300)
+    ap.add_argument("--pages", type=int, default=5000)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--reps", type=int, default=3, help="runs per side (alternated with --baseline-rev)")
+    ap.add_argument("--baseline-rev", default="", help="also run crawl/ of this git revision, alternated")
+    ap.add_argument("--profile", default="", help="run once in-process under cProfile, save stats here")
+    ap.add_argument("--once", action="store_true", help="run the current tree once in-process (for py-spy)")
+    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--fetchlist", default="", help=argparse.SUPPRESS)
+    ap.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
+    ap.add_argument("--work", default="", help=argparse.SUPPRESS)
+    ap.add_argument("--prefix", default="", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        child(args)
+        return
+
+    import pyarrow.parquet as pq
+
+    sys.path.insert(0, str(REPO / "bench"))
+    from crawl_bench import bench_fetchlist, bench_urls
+
+    from crawl.simweb.launch import launch
+    from crawl.simweb.launch import stop as stop_process
+
+    load0 = os.getloadavg()[0]
+    work = Path(tempfile.mkdtemp(prefix="fetch-cpu-bench-"))
+    proc, port = launch(args.hosts, args.seed, work / "access.jsonl")
+    try:
+        urls = bench_urls(args.hosts, args.seed, args.pages)
+        fl_path = work / "fetchlist.parquet"
+        pq.write_table(bench_fetchlist(urls), fl_path)
+        print(f"simulated web: {args.hosts} hosts; fetch list: {len(urls)} HTML pages on "
+              f"{len({u.split('/')[2] for u in urls})} hosts")
+        warm(port, urls)
+        if args.profile:
+            import cProfile
+            import pstats
+
+            prof = cProfile.Profile()
+            prof.enable()
+            r = run_once(fl_path, port, work / "prof", "warc/prof")
+            prof.disable()
+            prof.dump_stats(args.profile)
+            print(f"profiled run: {r['fetched']} pages, {1000 * r['cpu_s'] / max(r['fetched'], 1):.2f} ms CPU/page "
+                  "(under cProfile: inflated)")
+            pstats.Stats(prof).sort_stats("tottime").print_stats(35)
+            return
+        if args.once:
+            r = run_once(fl_path, port, work / "once", "warc/once")
+            print(f"one run: {r['fetched']} pages, {1000 * r['cpu_s'] / max(r['fetched'], 1):.3f} ms CPU/page")
+            return
+        sides = [("current", REPO)]
+        if args.baseline_rev:
+            sides.insert(0, ("baseline", tree_at(args.baseline_rev, work / "baseline-tree")))
+        cpu: dict[str, list[float]] = {name: [] for name, _ in sides}
+        rate: dict[str, list[float]] = {name: [] for name, _ in sides}
+        for rep in range(args.reps):
+            for name, tree in (sides if rep % 2 == 0 else sides[::-1]):
+                r = spawn(tree, fl_path, port, work / f"{name}{rep}", f"warc/{name}{rep}")
+                ms = 1000 * r["cpu_s"] / max(r["fetched"], 1)
+                cpu[name].append(ms)
+                rate[name].append(r["fetched"] / r["wall_s"])
+                print(f"rep {rep} {name:8s}: {r['fetched']} pages, {ms:.3f} ms CPU/page, "
+                      f"{r['fetched'] / r['wall_s']:.0f} pages/s", flush=True)
+                shutil.rmtree(work / f"{name}{rep}", ignore_errors=True)
+        cur = statistics.median(cpu["current"])
+        line = f"RESULT fetch_cpu_ms_per_page={cur:.3f}"
+        if args.baseline_rev:
+            base = statistics.median(cpu["baseline"])
+            line += f" baseline={base:.3f} ratio={base / cur:.2f}"
+            print(f"pages/s median: current {statistics.median(rate['current']):.0f}, "
+                  f"baseline {statistics.median(rate['baseline']):.0f} ({args.baseline_rev})")
+        print(line + f" load={load0:.1f}-{os.getloadavg()[0]:.1f}")
+    finally:
+        stop_process(proc)
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
