@@ -94,8 +94,11 @@ _SAFE_RANGES = ((0xA0, 0x250), (0x2010, 0x2028), (0x2030, 0x2070), (0x20A0, 0x20
 _SAFE = "".join(c for lo, hi in _SAFE_RANGES for c in map(chr, range(lo, hi))
                 if unicodedata.normalize("NFKC", c) == c and unicodedata.combining(c) == 0 and not c.isspace())
 _UNSAFE_RE = re.compile("[^\x00-\x7f" + re.escape(_SAFE) + "]")
-# whitespace that str.split() knows and bytes.split() does not; outside unsafe runs only \x1c-\x1f occur
-_UNICODE_WS_RE = re.compile("[\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]")
+# whitespace that str.split() knows beyond ASCII (bytes.split() does not know these; nor \x1c-\x1f)
+_UNICODE_WS = "\x85\xa0\u1680" + "".join(map(chr, range(0x2000, 0x200B))) + "\u2028\u2029\u202f\u205f\u3000"
+_UNICODE_WS_RE = re.compile(f"[{_UNICODE_WS}]")
+# the ones NFKC keeps (the others map to a space): the only ones an NFKC-normalised text can hold
+_NFKC_STABLE_WS = "".join(c for c in _UNICODE_WS if unicodedata.normalize("NFKC", c) == c)
 
 
 # Unsafe characters that NFKC maps on their own whatever surrounds them: class 0, and their NFKC
@@ -113,6 +116,10 @@ def _nfkc_spans(text: str) -> tuple[str, bool]:
     """(NFKC of ``text``, whether it may hold whitespace beyond ASCII), normalising only unsafe runs."""
     if text.isascii():
         return text, False
+    # NFKC's quick check in C (~1 ns per character): ~half the simulated web's texts need no change,
+    # and the scan below costs ~5x more
+    if unicodedata.is_normalized("NFKC", text):
+        return text, any(c in text for c in _NFKC_STABLE_WS)
     others = 0
 
     def replace(m: re.Match[str]) -> str:
@@ -187,17 +194,16 @@ def fingerprints_many(texts: Sequence[str | None]) -> tuple[np.ndarray, list[str
 
     Why: parse fingerprints every page of a partition, and a page's ~40 NumPy calls cost ~70 us
     whatever its size. Here the lowered UTF-8 bytes of a few texts are concatenated (a NUL between
-    them) and word hashes, shingles, bit counts and the whitespace collapse of the digest run once per
-    batch. The values are those of the scalar definitions (:func:`simhash`, :func:`text_digest`)
-    exactly: a word's hash does not depend on its position, shingles that would span two texts are
-    dropped, bits are counted per text, and a text's trailing space is cut before hashing (tests
-    compare on adversarial text). Measured on simulated-web pages: 1.15-1.2x less CPU than the
-    page-at-a-time code it replaced (bench/RESULTS.md, "Parse CPU").
+    them) and word hashes, shingles and bit counts run once per batch; the digest's whitespace
+    collapse runs per text on bytes (:func:`collapse_ascii_ws`). The values are those of the scalar
+    definitions (:func:`simhash`, :func:`text_digest`) exactly: a word's hash does not depend on its
+    position, shingles that would span two texts are dropped and bits are counted per text (tests
+    compare on adversarial text). Measured on simulated-web pages: bench/RESULTS.md, "Parse CPU".
     """
     n = len(texts)
     sims = np.zeros(n, np.int64)
     digests: list[str | None] = [None] * n
-    batch: list[tuple[int, bytes, bytes | None]] = []  # (index, lowered bytes, digest bytes to collapse)
+    batch: list[tuple[int, bytes]] = []  # (index, lowered bytes)
     size = 0
     for i, text in enumerate(texts):
         if not text:
@@ -208,18 +214,64 @@ def fingerprints_many(texts: Sequence[str | None]) -> tuple[np.ndarray, list[str
         except UnicodeEncodeError:  # a lone surrogate: the scalar definitions' behaviour (the digest raises)
             sims[i], digests[i] = simhash(text), text_digest(text)
             continue
-        dig = None if odd_ws else raw if normal is text else normal.lower().encode("utf-8")
-        if dig is None or _SEP in dig:  # whitespace beyond ASCII, or a NUL that would end the text early
+        if odd_ws:  # whitespace beyond ASCII: str.split() knows it, the byte collapse does not
             digests[i] = _b32sha1(" ".join(normal.lower().split()).encode("utf-8"))
-            dig = None
-        batch.append((i, raw, dig))
+        else:
+            digests[i] = _b32sha1(collapse_ascii_ws(raw if normal is text else normal.lower().encode("utf-8")))
+        batch.append((i, raw))
         size += len(raw)
         if size >= _BATCH_BYTES:
-            _fingerprint_batch(batch, sims, digests)
+            _simhash_batch(batch, sims)
             batch, size = [], 0
     if batch:
-        _fingerprint_batch(batch, sims, digests)
+        _simhash_batch(batch, sims)
     return sims, digests
+
+
+# str.split()'s ASCII whitespace (bytes.split() leaves out \x1c-\x1f), each to a space
+_WS_TO_SPACE = bytes.maketrans(b"\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f", b" " * 9)
+
+
+def collapse_ascii_ws(data: bytes) -> bytes:
+    """``" ".join(s.split()).encode()`` for ``data = s.encode()``, when ``s`` holds no whitespace
+    beyond ASCII (:func:`has_unicode_ws`): every whitespace run one space, none at either end.
+
+    Why: ``str.split`` makes a Python string per word (~2,500 per page); this is a byte translation
+    and one NumPy compress, ~4x cheaper on simulated-web text (bench/RESULTS.md, "Parse CPU, session 4").
+    """
+    a = np.frombuffer(data.translate(_WS_TO_SPACE), np.uint8)
+    if a.size < 2:
+        return a.tobytes().strip(b" ")
+    space = a == 32
+    keep = np.empty(a.size, bool)
+    keep[0] = True
+    np.logical_not(space[1:] & space[:-1], out=keep[1:])  # drop a space that follows a space
+    return a[keep].tobytes().strip(b" ")
+
+
+# UTF-8 of _UNICODE_WS: two-byte ones after C2, three-byte ones as (lead << 16 | b1 << 8 | b2)
+_UWS2 = np.array(sorted(c.encode()[1] for c in _UNICODE_WS if len(c.encode()) == 2), np.uint8)
+_UWS3 = np.array(sorted(int.from_bytes(c.encode(), "big") for c in _UNICODE_WS if len(c.encode()) == 3),
+                 np.int64)
+
+
+def has_unicode_ws(data: bytes) -> bool:
+    """Whether the UTF-8 bytes ``data`` hold a whitespace character beyond ASCII (``_UNICODE_WS``),
+    looking only at the bytes after a C2, E1, E2 or E3 lead byte."""
+    a = np.frombuffer(data, np.uint8)
+    if a.size < 2:
+        return False
+    if b"\xc2" in data:
+        at = np.flatnonzero(a[:-1] == 0xC2)
+        if np.isin(a[at + 1], _UWS2).any():
+            return True
+    if a.size < 3:
+        return False
+    at = np.flatnonzero((a[:-2] - np.uint8(0xE1)) <= 2)
+    if at.size == 0:
+        return False
+    key = (a[at].astype(np.int64) << 16) | (a[at + 1].astype(np.int64) << 8) | a[at + 2]
+    return bool(np.isin(key, _UWS3).any())
 
 
 def _b32sha1(data: bytes | memoryview) -> str:
@@ -231,53 +283,31 @@ def _word_mask(b: np.ndarray) -> np.ndarray:
     return ((b - np.uint8(97)) <= 25) | (b >= 128) | ((b - np.uint8(48)) <= 9) | (b == 95)
 
 
-def _fingerprint_batch(batch: list[tuple[int, bytes, bytes | None]], sims: np.ndarray,
-                       digests: list[str | None]) -> None:
-    idx = np.array([i for i, _, _ in batch], np.int64)
-    lens = np.array([len(r) for _, r, _ in batch], np.int64)
+def _simhash_batch(batch: list[tuple[int, bytes]], sims: np.ndarray) -> None:
+    idx = np.array([i for i, _ in batch], np.int64)
+    lens = np.array([len(r) for _, r in batch], np.int64)
     starts = np.zeros(len(batch), np.int64)
     np.cumsum(lens[:-1] + 1, out=starts[1:])  # each text is followed by one separator byte
-    big = np.frombuffer(b"".join(r + _SEP for _, r, _ in batch), np.uint8)
-    # SimHash: word hashes over the whole batch (NUL is not a word byte, so no word spans two texts);
-    # the batch ends with a separator, so every word ends before the last byte
+    big = np.frombuffer(b"".join(r + _SEP for _, r in batch), np.uint8)
+    # word hashes over the whole batch (NUL is not a word byte, so no word spans two texts); the
+    # batch ends with a separator, so every word ends before the last byte
     padded = np.zeros(big.size + 1, dtype=np.int8)
     padded[1:] = _word_mask(big)
     bounds = np.flatnonzero(padded[1:] != padded[:-1])
     ws = bounds[0::2]
-    if ws.size >= SHINGLE:
-        pw, ipw = _powers(big.size)
-        # a word's sum(byte * P**position), then shifted to position 0: reduceat over [start, end)
-        w = _mix(np.add.reduceat(np.multiply(big, pw[:big.size], dtype=np.uint64), bounds)[0::2] * ipw[ws])
-        text_of = np.searchsorted(starts, ws, side="right") - 1  # batch text of each word
-        same = text_of[:-2] == text_of[2:]  # a shingle's three words belong to one text
-        feats = _mix(w[:-2] * _C1 + w[1:-1] * _C2 + w[2:])[same]
-        nfeat = np.bincount(text_of[:-2][same], minlength=len(batch))
-        has = np.flatnonzero(nfeat)
-        counts = _segment_bit_counts(feats, nfeat[has])
-        fp = np.packbits(counts * 2 > nfeat[has, None], axis=1).view("<u8").ravel()
-        sims[idx[has]] = fp.view(np.int64)
-    # text digest: whitespace collapsed over the batch, each separator kept as its text's end
-    dig_rows = [k for k, (_, _, d) in enumerate(batch) if d is not None]
-    if not dig_rows:
+    if ws.size < SHINGLE:
         return
-    dbig = np.frombuffer(_SEP.join(batch[k][2] for k in dig_rows), np.uint8)  # type: ignore[misc]
-    sep = dbig == 0
-    if ((dbig - np.uint8(1)) <= 7).any() or ((dbig - np.uint8(14)) <= 13).any():
-        space = _WS_LUT.take(dbig)  # control bytes that are not whitespace: look every byte up
-    else:
-        space = (dbig <= 32) & ~sep
-    keep = ~space
-    keep[1:] |= ~space[:-1] & ~sep[:-1]  # a whitespace run's first byte after a text byte stays
-    out = np.where(space, np.uint8(32), dbig)[keep]
-    ends = np.flatnonzero(out == 0).tolist()
-    ends.append(out.size)
-    # a text's trailing whitespace run is one space before its separator now: hashed without it
-    last = out[np.maximum(np.array(ends) - 1, 0)] == 32 if out.size else np.zeros(len(ends), bool)
-    view = memoryview(out)
-    a = 0
-    for k, e, t in zip(dig_rows, ends, last.tolist(), strict=True):
-        digests[batch[k][0]] = _b32sha1(view[a:e - 1] if t and e > a else view[a:e])
-        a = e + 1
+    pw, ipw = _powers(big.size)
+    # a word's sum(byte * P**position), then shifted to position 0: reduceat over [start, end)
+    w = _mix(np.add.reduceat(np.multiply(big, pw[:big.size], dtype=np.uint64), bounds)[0::2] * ipw[ws])
+    text_of = np.searchsorted(starts, ws, side="right") - 1  # batch text of each word
+    same = text_of[:-2] == text_of[2:]  # a shingle's three words belong to one text
+    feats = _mix(w[:-2] * _C1 + w[1:-1] * _C2 + w[2:])[same]
+    nfeat = np.bincount(text_of[:-2][same], minlength=len(batch))
+    has = np.flatnonzero(nfeat)
+    counts = _segment_bit_counts(feats, nfeat[has])
+    fp = np.packbits(counts * 2 > nfeat[has, None], axis=1).view("<u8").ravel()
+    sims[idx[has]] = fp.view(np.int64)
 
 
 def _segment_bit_counts(feats: np.ndarray, sizes: np.ndarray) -> np.ndarray:

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from crawl.fingerprint import (
     fingerprints,
@@ -234,3 +236,53 @@ def test_fingerprints_many_equals_the_scalar_definitions_across_batches() -> Non
         bad = [i for i, (g, w) in enumerate(zip(got, want, strict=True)) if g != w]
         assert not bad, (batch_bytes, [(texts[i][:40], got[i], want[i]) for i in bad[:3]])
     assert sum(s != 0 for s, _ in want) > 1000
+
+
+def test_unicode_whitespace_list_is_every_whitespace_beyond_ascii() -> None:
+    """The byte paths (``collapse_ascii_ws``, ``has_unicode_ws``) and the NFKC quick check rely on
+    ``_UNICODE_WS`` being exactly what ``str.split()`` splits on beyond ASCII, and on NFKC mapping all
+    of it but ``_NFKC_STABLE_WS`` to something else; a Python with a newer Unicode must still agree."""
+    from crawl.fingerprint import _NFKC_STABLE_WS, _UNICODE_WS
+
+    everything = {chr(c) for c in range(0x80, 0x110000) if not 0xD800 <= c < 0xE000 and chr(c).isspace()}
+    assert set(_UNICODE_WS) == everything
+    assert {c for c in _UNICODE_WS if unicodedata.normalize("NFKC", c) == c} == set(_NFKC_STABLE_WS)
+
+
+_WS_HEAVY = st.lists(st.sampled_from([" ", "\t", "\n", "\r", "\x0b", "\x0c", "\x1c", "\x1f", "\x00", "a", "B", "é",
+                                     "\u2019", "\u2026", "\u2028", "\xa0", "\x85", "\u3000", "\u1680", "\u200a",
+                                     "\u200b", "\u20ac", "\u0301", "\U0001f600", "x y", "e\u0301"]),
+                     max_size=60).map("".join)
+
+
+@settings(max_examples=3000, deadline=None)
+@given(st.one_of(st.text(max_size=80), _WS_HEAVY))
+def test_byte_collapse_equals_str_split(text: str) -> None:
+    """``has_unicode_ws`` on UTF-8 bytes says exactly whether the text holds whitespace beyond ASCII,
+    and without it ``collapse_ascii_ws`` gives ``" ".join(text.split())``'s bytes."""
+    from crawl.fingerprint import _UNICODE_WS, collapse_ascii_ws, has_unicode_ws
+
+    try:
+        data = text.encode("utf-8")
+    except UnicodeEncodeError:  # lone surrogates never reach the byte paths
+        return
+    assert has_unicode_ws(data) == any(c in _UNICODE_WS for c in text)
+    if not has_unicode_ws(data):
+        assert collapse_ascii_ws(data) == " ".join(text.split()).encode("utf-8")
+
+
+@settings(max_examples=2000, deadline=None)
+@given(st.lists(st.one_of(st.none(), st.text(max_size=50), _WS_HEAVY), max_size=8))
+def test_fingerprints_many_equals_whole_text_nfkc_hypothesis(texts: list[str | None]) -> None:
+    """Whatever path a text takes (ASCII, NFKC quick check, piecewise NFKC, byte or ``str`` collapse),
+    the digest is whole-text NFKC + lower + collapse and the SimHash is :func:`simhash`."""
+    from crawl.fingerprint import fingerprints_many
+
+    texts = [t for t in texts if t is None or not any(0xD800 <= ord(c) < 0xE000 for c in t)]
+    sims, digests = fingerprints_many(texts)
+    for t, s, d in zip(texts, sims.tolist(), digests, strict=True):
+        if not t:
+            assert (s, d) == (0, None)
+            continue
+        want = base64.b32encode(hashlib.sha1(_old_normalise(t).encode()).digest()).decode()
+        assert (s, d) == (simhash(t), want), repr(t)

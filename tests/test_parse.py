@@ -570,7 +570,7 @@ _ALL_WS = [c for c in map(chr, range(0x3001)) if c.isspace()]  # all 29 code poi
 def test_parse_bodies_from_memory_equals_the_warc_read_back_and_the_scalar_parser(tmp_path: Path) -> None:
     """parse_bodies takes (row, headers, payload) from any source: from memory it must give exactly
     what parse_partition gives reading the same responses back from a WARC file; and the text column,
-    collapsed for all pages at once by Arrow kernels, must be parse_html's ``" ".join(text.split())``
+    collapsed on UTF-8 bytes (str.split() only for whitespace beyond ASCII), must be parse_html's ``" ".join(text.split())``
     with every kind of whitespace -- the fingerprints computed from it too."""
     from crawl.fingerprint import fingerprints
     from crawl.parse import document_rows, parse_bodies, warc_bodies
