@@ -195,7 +195,7 @@ def fingerprints_many(texts: Sequence[str | None]) -> tuple[np.ndarray, list[str
     Why: parse fingerprints every page of a partition, and a page's ~40 NumPy calls cost ~70 us
     whatever its size. Here the lowered UTF-8 bytes of a few texts are concatenated (a NUL between
     them) and word hashes, shingles and bit counts run once per batch; the digest's whitespace
-    collapse runs per text on bytes (:func:`collapse_ascii_ws`). The values are those of the scalar
+    collapse runs per text on bytes (:func:`collapse_ws`). The values are those of the scalar
     definitions (:func:`simhash`, :func:`text_digest`) exactly: a word's hash does not depend on its
     position, shingles that would span two texts are dropped and bits are counted per text (tests
     compare on adversarial text). Measured on simulated-web pages: bench/RESULTS.md, "Parse CPU".
@@ -214,10 +214,7 @@ def fingerprints_many(texts: Sequence[str | None]) -> tuple[np.ndarray, list[str
         except UnicodeEncodeError:  # a lone surrogate: the scalar definitions' behaviour (the digest raises)
             sims[i], digests[i] = simhash(text), text_digest(text)
             continue
-        if odd_ws:  # whitespace beyond ASCII: str.split() knows it, the byte collapse does not
-            digests[i] = _b32sha1(" ".join(normal.lower().split()).encode("utf-8"))
-        else:
-            digests[i] = _b32sha1(collapse_ascii_ws(raw if normal is text else normal.lower().encode("utf-8")))
+        digests[i] = _b32sha1(collapse_ws(raw if normal is text else normal.lower().encode("utf-8"), odd_ws))
         batch.append((i, raw))
         size += len(raw)
         if size >= _BATCH_BYTES:
@@ -232,14 +229,17 @@ def fingerprints_many(texts: Sequence[str | None]) -> tuple[np.ndarray, list[str
 _WS_TO_SPACE = bytes.maketrans(b"\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f", b" " * 9)
 
 
-def collapse_ascii_ws(data: bytes) -> bytes:
-    """``" ".join(s.split()).encode()`` for ``data = s.encode()``, when ``s`` holds no whitespace
-    beyond ASCII (:func:`has_unicode_ws`): every whitespace run one space, none at either end.
+def collapse_ws(data: bytes, unicode_ws: bool = True) -> bytes:
+    """``" ".join(s.split()).encode()`` for ``data = s.encode()``: every whitespace run one space,
+    none at either end. ``unicode_ws=False``: the caller knows ``s`` holds no whitespace beyond ASCII.
 
     Why: ``str.split`` makes a Python string per word (~2,500 per page); this is a byte translation
-    and one NumPy compress, ~4x cheaper on simulated-web text (bench/RESULTS.md, "Parse CPU, session 4").
+    and one NumPy compress (plus one for the rare whitespace beyond ASCII), ~4x cheaper on
+    simulated-web text (bench/RESULTS.md, "Parse CPU, session 4").
     """
     a = np.frombuffer(data.translate(_WS_TO_SPACE), np.uint8)
+    if unicode_ws and not data.isascii():
+        a = _unicode_ws_to_space(a)
     if a.size < 2:
         return a.tobytes().strip(b" ")
     space = a == 32
@@ -249,29 +249,36 @@ def collapse_ascii_ws(data: bytes) -> bytes:
     return a[keep].tobytes().strip(b" ")
 
 
-# UTF-8 of _UNICODE_WS: two-byte ones after C2, three-byte ones as (lead << 16 | b1 << 8 | b2)
-_UWS2 = np.array(sorted(c.encode()[1] for c in _UNICODE_WS if len(c.encode()) == 2), np.uint8)
-_UWS3 = np.array(sorted(int.from_bytes(c.encode(), "big") for c in _UNICODE_WS if len(c.encode()) == 3),
-                 np.int64)
+# UTF-8 of _UNICODE_WS: two-byte ones (lead C2) by second byte, three-byte ones as a 24-bit number
+_UWS2 = sorted(c.encode()[1] for c in _UNICODE_WS if len(c.encode()) == 2)
+_UWS3 = np.array(sorted(int.from_bytes(c.encode(), "big") for c in _UNICODE_WS if len(c.encode()) == 3), np.int32)
+assert _UWS2 == [0x85, 0xA0] and {c.encode()[0] for c in _UNICODE_WS if len(c.encode()) == 3} == {0xE1, 0xE2, 0xE3}
 
 
-def has_unicode_ws(data: bytes) -> bool:
-    """Whether the UTF-8 bytes ``data`` hold a whitespace character beyond ASCII (``_UNICODE_WS``),
-    looking only at the bytes after a C2, E1, E2 or E3 lead byte."""
-    a = np.frombuffer(data, np.uint8)
-    if a.size < 2:
-        return False
-    if b"\xc2" in data:
-        at = np.flatnonzero(a[:-1] == 0xC2)
-        if np.isin(a[at + 1], _UWS2).any():
-            return True
-    if a.size < 3:
-        return False
-    at = np.flatnonzero((a[:-2] - np.uint8(0xE1)) <= 2)
+def _unicode_ws_to_space(a: np.ndarray) -> np.ndarray:
+    """UTF-8 bytes ``a`` with each whitespace character beyond ASCII replaced by one space (32).
+
+    Only bytes >= C2 can start one (C2 85, C2 A0, E1-E3 + two); in valid UTF-8 such a byte is
+    always a lead byte, so its next bytes are the character's own."""
+    at = np.flatnonzero(a[:-1] >= 0xC2)
     if at.size == 0:
-        return False
-    key = (a[at].astype(np.int64) << 16) | (a[at + 1].astype(np.int64) << 8) | a[at + 2]
-    return bool(np.isin(key, _UWS3).any())
+        return a
+    lead, second = a[at], a[at + 1]
+    two = at[(lead == 0xC2) & ((second == 0x85) | (second == 0xA0))]
+    at3 = at[(lead - np.uint8(0xE1)) <= 2]
+    at3 = at3[at3 < a.size - 2]
+    key = (a[at3].astype(np.int32) << 16) | (a[at3 + 1].astype(np.int32) << 8) | a[at3 + 2]
+    three = at3[_UWS3[np.minimum(np.searchsorted(_UWS3, key), _UWS3.size - 1)] == key]
+    if two.size == 0 and three.size == 0:
+        return a
+    out = a.copy()
+    out[two] = 32
+    out[three] = 32
+    keep = np.ones(a.size, bool)
+    keep[two + 1] = False
+    keep[three + 1] = False
+    keep[three + 2] = False
+    return out[keep]
 
 
 def _b32sha1(data: bytes | memoryview) -> str:

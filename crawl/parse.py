@@ -55,7 +55,7 @@ import pyarrow.compute as pc
 from selectolax.lexbor import LexborHTMLParser
 
 from crawl.config import PARSER_SPEC_RE, PRODUCT_TOKEN
-from crawl.fingerprint import collapse_ascii_ws, fingerprints_many, has_unicode_ws
+from crawl.fingerprint import collapse_ws, fingerprints_many
 from crawl.records import FETCHED, LINK_SCHEMA, PAGE_SCHEMA, REDIRECT
 from crawl.url import WEB_SCHEMES, resolve_many
 from crawl.warc import iter_records
@@ -868,17 +868,15 @@ def _text_column(docs: list[ParsedDoc], raws: list[_RawLinks | None]) -> pa.Arra
 
     Why: ``str.split`` + ``join`` made ~2,000 Python strings per page (0.12 ms of a ~0.9 ms parse),
     Arrow's split + join kernels still ~0.11 ms. Each text's UTF-8 bytes are collapsed with a byte
-    translation and one NumPy compress (:func:`crawl.fingerprint.collapse_ascii_ws`, ~0.02 ms) unless
-    they hold whitespace beyond ASCII (rare: then ``str.split``), and the column is built from the
-    joined bytes without a second UTF-8 check.
+    translation and NumPy compresses (:func:`crawl.fingerprint.collapse_ws`, ~0.04 ms), and the
+    column is built from the joined bytes without a second UTF-8 check.
     """
     parts: list[bytes] = []
     for d, r in zip(docs, raws, strict=True):
         if r is None or r.text is None:
             parts.append((d.text or "").encode("utf-8"))
             continue
-        data = r.text.encode("utf-8")
-        parts.append(" ".join(r.text.split()).encode("utf-8") if has_unicode_ws(data) else collapse_ascii_ws(data))
+        parts.append(collapse_ws(r.text.encode("utf-8")))
     offsets = np.zeros(len(parts) + 1, np.int64)
     np.cumsum([len(p) for p in parts], out=offsets[1:])
     if offsets[-1] >= 1 << 31:  # past 32-bit offsets: Arrow's conversion (it chunks)

@@ -258,17 +258,32 @@ _WS_HEAVY = st.lists(st.sampled_from([" ", "\t", "\n", "\r", "\x0b", "\x0c", "\x
 @settings(max_examples=3000, deadline=None)
 @given(st.one_of(st.text(max_size=80), _WS_HEAVY))
 def test_byte_collapse_equals_str_split(text: str) -> None:
-    """``has_unicode_ws`` on UTF-8 bytes says exactly whether the text holds whitespace beyond ASCII,
-    and without it ``collapse_ascii_ws`` gives ``" ".join(text.split())``'s bytes."""
-    from crawl.fingerprint import _UNICODE_WS, collapse_ascii_ws, has_unicode_ws
+    """``collapse_ws`` on UTF-8 bytes gives ``" ".join(text.split())``'s bytes, whitespace beyond ASCII
+    included; told there is none (``unicode_ws=False``), too when there is none."""
+    from crawl.fingerprint import _UNICODE_WS, collapse_ws
 
     try:
         data = text.encode("utf-8")
     except UnicodeEncodeError:  # lone surrogates never reach the byte paths
         return
-    assert has_unicode_ws(data) == any(c in _UNICODE_WS for c in text)
-    if not has_unicode_ws(data):
-        assert collapse_ascii_ws(data) == " ".join(text.split()).encode("utf-8")
+    want = " ".join(text.split()).encode("utf-8")
+    assert collapse_ws(data) == want
+    if not any(c in _UNICODE_WS for c in text):
+        assert collapse_ws(data, unicode_ws=False) == want
+
+
+def test_byte_collapse_every_whitespace_next_to_multibyte_neighbours() -> None:
+    """Each of the 29 whitespace characters, alone, in runs and between two- to four-byte characters
+    whose bytes look like its own (C2, E1-E3 leads; 80, 85, A0 continuation bytes)."""
+    from crawl.fingerprint import _UNICODE_WS, collapse_ws
+
+    neighbours = ["", "a", " ", "\u00c2", "\u0100", "\u2019", "\u2030", "\u1f80", "\u3001", "\u0085x", "\ue000",
+                  "\U0001f600", "\u00a9", "\u2060"]
+    for ws in [*_UNICODE_WS, "\t", "\n", "\x0b", "\x0c", "\r", "\x1c", "\x1d", "\x1e", "\x1f", " "]:
+        for left in neighbours:
+            for right in neighbours:
+                for text in (f"{left}{ws}{right}", f"{ws}{left}{ws}{ws}{right}{ws}", f"x{left}{ws} {ws}{right}y"):
+                    assert collapse_ws(text.encode()) == " ".join(text.split()).encode(), repr(text)
 
 
 @settings(max_examples=2000, deadline=None)
