@@ -31,7 +31,14 @@ times, then
 
     RESULT vs_scrapy=<ours pages/s / Scrapy pages/s> ours_pages_s=... scrapy_pages_s=... pages=...
 
-    python bench/scrapy_bench.py [--hosts 200] [--rounds 3] [--max-pages 2000] [--runs 1]
+``--floor`` adds a third contender right after Scrapy, with Scrapy's budget: ``bench/floor_crawl.py``,
+a bare aiohttp + selectolax breadth-first loop over the same seeds and scope, one request in flight per
+host, that stores, dedups and checks robots.txt for nothing -- so ``floor_vs_scrapy`` is the most a
+crawler written in Python on these libraries gets over Scrapy on this machine, whole process:
+
+    RESULT vs_scrapy=... floor_vs_scrapy=<floor pages/s / Scrapy pages/s> floor_pages_s=... ours_vs_floor=...
+
+    python bench/scrapy_bench.py [--hosts 200] [--rounds 3] [--max-pages 2000] [--runs 1] [--floor]
 """
 
 from __future__ import annotations
@@ -242,6 +249,19 @@ def run_scrapy(py: Path, port: int, seeds: list[str], work: Path, budget: int, c
     return int(json.loads(out.read_text())["pages"]), wall
 
 
+def run_floor(port: int, seeds: list[str], work: Path, budget: int, conc: int) -> tuple[int, float]:
+    """(pages, whole-process seconds) of the floor contender (``bench/floor_crawl.py``, this interpreter)."""
+    seeds_file, out = work / "seeds.txt", work / "floor.json"
+    seeds_file.write_text("\n".join(seeds))
+    t0 = time.perf_counter()
+    res = subprocess.run([sys.executable, str(REPO / "bench" / "floor_crawl.py"), str(port), str(seeds_file),
+                          str(budget), str(conc), str(out)], capture_output=True, text=True, cwd=work)
+    wall = time.perf_counter() - t0
+    if res.returncode != 0 or not out.exists():
+        raise RuntimeError(f"floor crawl failed: {res.stderr[-3000:]}")
+    return int(json.loads(out.read_text())["pages"]), wall
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--hosts", type=int, default=200)
@@ -252,6 +272,8 @@ def main() -> None:
     ap.add_argument("--concurrency", type=int, default=CrawlConfig().max_concurrent_hosts,
                     help="Scrapy CONCURRENT_REQUESTS (default: our max_concurrent_hosts, the same global cap)")
     ap.add_argument("--runs", type=int, default=1, help="back-to-back pairs")
+    ap.add_argument("--floor", action="store_true",
+                    help="also run the bare aiohttp + selectolax loop (bench/floor_crawl.py) after Scrapy")
     args = ap.parse_args()
     py = scrapy_python()
     seeds = [h.base + "/" for h in build(SimParams(seed=args.seed, hosts=args.hosts)).good_hosts()]
@@ -266,10 +288,14 @@ def main() -> None:
             t1, c1 = time.time(), children_cpu_s()
             s_counted, scrapy_s = run_scrapy(py, port, seeds, work, counted, args.concurrency, 1)
             t2, c2 = time.time(), children_cpu_s()
+            if args.floor:
+                f_counted, floor_s = run_floor(port, seeds, work, counted, args.concurrency)
+                t3, c3 = time.time(), children_cpu_s()
         finally:
             stop_process(proc)
         try:
             ours_tl, theirs_tl = timeline(log, t0, t1), timeline(log, t1, t2)
+            floor_tl = timeline(log, t2, t3) if args.floor else None
         finally:
             shutil.rmtree(work, ignore_errors=True)
         pages, s_pages = ours_tl["pages"], theirs_tl["pages"]
@@ -279,7 +305,14 @@ def main() -> None:
               f"{theirs:.1f} pages/s (it counted {s_counted}); load {load:.1f}")
         print(describe_timeline("crawl run", ours_s, c1 - c0, ours_tl))
         print(describe_timeline("Scrapy", scrapy_s, c2 - c1, theirs_tl))
-        print(f"RESULT vs_scrapy={ours / theirs:.2f} ours_pages_s={ours:.1f} scrapy_pages_s={theirs:.1f} "
+        floor = ""
+        if floor_tl is not None:
+            fl = floor_tl["pages"] / floor_s
+            print(f"  floor (aiohttp + selectolax, bench/floor_crawl.py): {floor_tl['pages']} pages in {floor_s:.1f} s "
+                  f"= {fl:.1f} pages/s (it counted {f_counted})")
+            print(describe_timeline("floor", floor_s, c3 - c2, floor_tl))
+            floor = f" floor_vs_scrapy={fl / theirs:.2f} floor_pages_s={fl:.1f} ours_vs_floor={ours / fl:.2f}"
+        print(f"RESULT vs_scrapy={ours / theirs:.2f}{floor} ours_pages_s={ours:.1f} scrapy_pages_s={theirs:.1f} "
               f"pages={pages} load={load:.1f}")
         load = os.getloadavg()[0]
 
