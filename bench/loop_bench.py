@@ -11,10 +11,8 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import statistics
 import sys
-import tempfile
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -26,8 +24,7 @@ from crawl_bench import bench_fetchlist, bench_urls  # noqa: E402
 
 import crawl.fetch as F  # noqa: E402
 from crawl.config import load_config  # noqa: E402
-from crawl.simweb.launch import launch  # noqa: E402
-from crawl.simweb.launch import stop as stop_process  # noqa: E402
+from crawl.simweb.launch import served  # noqa: E402
 
 
 def main() -> None:
@@ -36,10 +33,8 @@ def main() -> None:
     ap.add_argument("--pages", type=int, default=2000)
     ap.add_argument("--reps", type=int, default=3)
     args = ap.parse_args()
-    work = Path(tempfile.mkdtemp(prefix="loop-bench-"))
-    proc, port = launch(args.hosts, 1, work / "access.jsonl")
     uv = F.event_loop_factory()
-    try:
+    with served(args.hosts, 1, "loop-bench-") as (work, port):
         urls = bench_urls(args.hosts, 1, args.pages)
         cfg = load_config(overrides={"root": str(work / "root"), "crawl_id": "loop",
                                      "resolve": [f"*.sim.test=127.0.0.1:{port}"], "politeness_delay_s": 0.0},
@@ -62,9 +57,6 @@ def main() -> None:
         rate = statistics.median(r[0] for r in res["uvloop"]) / statistics.median(r[0] for r in res["asyncio"])
         cpu = statistics.median(r[1] for r in res["uvloop"]) / statistics.median(r[1] for r in res["asyncio"])
         print(f"RESULT uvloop_vs_asyncio={rate:.2f} cpu_ratio={cpu:.2f} load={os.getloadavg()[0]:.1f}")
-    finally:
-        stop_process(proc)
-        shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":

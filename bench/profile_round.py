@@ -17,9 +17,7 @@ import cProfile
 import io
 import os
 import pstats
-import shutil
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -30,8 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from crawl import round as rnd  # noqa: E402
 from crawl.config import load_config  # noqa: E402
-from crawl.simweb.launch import launch  # noqa: E402
-from crawl.simweb.launch import stop as stop_process  # noqa: E402
+from crawl.simweb.launch import served  # noqa: E402
 from crawl.store import Store  # noqa: E402
 from crawl.tasks import fetch_task, parse_task  # noqa: E402
 
@@ -68,9 +65,7 @@ def main() -> None:
     ap.add_argument("--partitions", type=int, default=2)
     ap.add_argument("--top", type=int, default=12)
     args = ap.parse_args()
-    work = Path(tempfile.mkdtemp(prefix="crawl-profile-"))
-    proc, port = launch(args.hosts, args.seed, work / "access.jsonl")
-    try:
+    with served(args.hosts, args.seed, "crawl-profile-") as (work, port):
         urls = bench_urls(args.hosts, args.seed, args.pages)
         cfg = load_config(overrides={
             "root": str(work / "root"), "crawl_id": "prof", "resolve": [f"*.sim.test=127.0.0.1:{port}"],
@@ -123,9 +118,6 @@ def main() -> None:
             print(f"## {name}: own time\n\n{table(profiles[name], args.top, 'tottime')}\n")
             if name in ("fetch", "parse"):
                 print(f"## {name}: cumulative\n\n{table(profiles[name], args.top, 'cumtime')}\n")
-    finally:
-        stop_process(proc)
-        shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":

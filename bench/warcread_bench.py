@@ -12,10 +12,8 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import statistics
 import sys
-import tempfile
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -30,8 +28,7 @@ from crawl_bench import bench_fetchlist, bench_urls  # noqa: E402
 from crawl import warc  # noqa: E402
 from crawl.config import load_config  # noqa: E402
 from crawl.fetch import fetch_partition  # noqa: E402
-from crawl.simweb.launch import launch  # noqa: E402
-from crawl.simweb.launch import stop as stop_process  # noqa: E402
+from crawl.simweb.launch import served  # noqa: E402
 
 
 def main() -> None:
@@ -40,9 +37,7 @@ def main() -> None:
     ap.add_argument("--pages", type=int, default=2000)
     ap.add_argument("--reps", type=int, default=3)
     args = ap.parse_args()
-    work = Path(tempfile.mkdtemp(prefix="warcread-bench-"))
-    proc, port = launch(args.hosts, 1, work / "access.jsonl")
-    try:
+    with served(args.hosts, 1, "warcread-bench-") as (work, port):
         urls = bench_urls(args.hosts, 1, args.pages)
         cfg = load_config(overrides={"root": str(work / "root"), "crawl_id": "w",
                                      "resolve": [f"*.sim.test=127.0.0.1:{port}"], "politeness_delay_s": 0.0},
@@ -50,9 +45,6 @@ def main() -> None:
         fl = bench_fetchlist(urls)
         out = fetch_partition(cfg, fl, root=cfg.root, warc_prefix="warc/w", now=datetime.now(UTC))
         files = sorted(set(pc.drop_null(out.fetches.column("warc_filename")).to_pylist()))
-    finally:
-        stop_process(proc)
-    try:
         readers = {"warcio": warc.iter_records_warcio, "fastwarc": warc.iter_records_fastwarc}
         got = {name: [r for f in files for r in fn(cfg.root, f)] for name, fn in readers.items()}
         same = got["warcio"] == got["fastwarc"]
@@ -75,8 +67,6 @@ def main() -> None:
         print(f"RESULT fastwarc_vs_warcio={ratio:.2f} same={same} records={n} responses={pages} "
               f"fastwarc_ms_per_page={per_page['fastwarc']:.3f} warcio_ms_per_page={per_page['warcio']:.3f} "
               f"load={os.getloadavg()[0]:.1f}")
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -6,11 +6,15 @@ caller wants it, and a clear error with the server's stderr when it does not com
 
 from __future__ import annotations
 
+import contextlib
 import os
 import select
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent.parent
@@ -42,6 +46,22 @@ def launch(hosts: int, seed: int, access_log: Path, pages_per_host: int | None =
     proc.wait(5)
     detail = stderr_path.read_text(errors="replace")[-2000:] if stderr_path else ""
     raise RuntimeError(f"the simulated web did not start: {detail}")
+
+
+@contextlib.contextmanager
+def served(hosts: int, seed: int, prefix: str) -> Iterator[tuple[Path, int]]:
+    """(folder, port): a simulated web for the length of a with-block, with a fresh temp folder (its
+    access log at ``access.jsonl``) for the caller's files too; after the block the server is stopped
+    (:func:`stop`) and the folder removed -- the set-up and teardown each benchmark used to write out."""
+    work = Path(tempfile.mkdtemp(prefix=prefix))
+    try:
+        proc, port = launch(hosts, seed, work / "access.jsonl")
+        try:
+            yield work, port
+        finally:
+            stop(proc)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
 
 
 def stop(proc: subprocess.Popen) -> None:
