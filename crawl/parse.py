@@ -325,28 +325,52 @@ def _display_charset(codec: str) -> str:
 
 def detect_charset(payload: bytes, content_type: str | None) -> tuple[str, int]:
     """(codec name, bytes to skip) by BOM, HTTP charset, meta charset, then UTF-8/windows-1252."""
+    return _detect_charset(payload, content_type)[:2]
+
+
+def _detect_charset(payload: bytes, content_type: str | None) -> tuple[str, int, bool]:
+    """:func:`detect_charset` and whether the payload is already known to be valid UTF-8."""
     if payload.startswith(codecs.BOM_UTF8):
-        return "utf-8", 3
+        return "utf-8", 3, False
     if payload.startswith(codecs.BOM_UTF16_LE):
-        return "utf-16-le", 2
+        return "utf-16-le", 2, False
     if payload.startswith(codecs.BOM_UTF16_BE):
-        return "utf-16-be", 2
+        return "utf-16-be", 2, False
     if content_type:
         m = _CT_CHARSET.search(content_type)
         name = _charset_name(m.group(1)) if m else None
         if name:
-            return name, 0
+            return name, 0, False
     m = _META_CHARSET.search(payload[:4096])
     if m:
         name = _charset_name(m.group(1).decode("ascii", "replace"))
         if name:
             # a meta tag cannot truthfully declare UTF-16 (it would not be ASCII-readable): WHATWG → UTF-8
-            return ("utf-8" if name.startswith("utf-16") else name), 0
+            return ("utf-8" if name.startswith("utf-16") else name), 0, False
     try:
         payload.decode("utf-8")
-        return "utf-8", 0
+        return "utf-8", 0, True
     except UnicodeDecodeError:
-        return "cp1252", 0
+        return "cp1252", 0, False
+
+
+def _lexbor_input(payload: bytes, codec: str, skip: int, valid_utf8: bool) -> str | bytes:
+    """What Lexbor parses: the payload's own bytes when they are UTF-8 and valid, else the text decoded
+    (bad bytes as U+FFFD).
+
+    Why: selectolax parses bytes as UTF-8 and a ``str`` by encoding it to UTF-8 first, so for valid
+    UTF-8 both give Lexbor the same bytes; skipping the decode and the re-encode saves ~0.04 ms of a
+    ~0.1 ms parse (~0.03 when the strict decode below has to check validity)."""
+    if codec == "utf-8":
+        body = payload[skip:] if skip else payload
+        if valid_utf8 or body.isascii():
+            return body
+        try:
+            body.decode("utf-8")
+            return body
+        except UnicodeDecodeError:
+            pass
+    return payload[skip:].decode(codec, errors="replace")
 
 
 # --- robots directives -------------------------------------------------------------------------
@@ -434,9 +458,8 @@ def _parse_html_deferred(url: str, payload: bytes, headers: Mapping[str, str],
     """Everything :func:`parse_html` does but resolving links and the canonical URL; with ``raw_text``
     also the whitespace collapse of the text (``doc.text`` stays empty, ``raw.text`` holds it)."""
     h = _lower_headers(headers)
-    codec, skip = detect_charset(payload, h.get("content-type"))
-    html = payload[skip:].decode(codec, errors="replace")
-    tree = LexborHTMLParser(html)
+    codec, skip, valid_utf8 = _detect_charset(payload, h.get("content-type"))
+    tree = LexborHTMLParser(_lexbor_input(payload, codec, skip, valid_utf8))
     doc = ParsedDoc(charset=_display_charset(codec), mime_detected=sniff_mime(payload, h.get("content-type")))
     raw = _RawLinks()
 

@@ -6,6 +6,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pyarrow as pa
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from crawl.fingerprint import simhash, text_digest
 from crawl.media import parse_image, parse_pdf
@@ -615,3 +617,34 @@ def test_parse_bodies_from_memory_equals_the_warc_read_back_and_the_scalar_parse
     assert pages[0]["text"] == "Alpha beta\u00e9 gamma \u2026delta0 epsilon zeta eta"
     assert from_memory[1].to_pylist()[-1] == {"from_url": "http://ws.test/old", "to_url": "http://ws.test/new",
                                              "kind": "redirect", "nofollow": False}
+
+
+# ------------------------------------------------------------ UTF-8 bytes straight to Lexbor
+_HTML_PIECES = [b"<p>", b"</p>", b"<a href='/x'>", b"</a>", b"caf\xc3\xa9", b"\xe2\x80\x99", b"\xf0\x9f\x98\x80",
+                b"\xe9", b"\xc3", b"\xed\xa0\x80", b"\xf4\x90\x80\x80", b"\x00", b"\xef\xbb\xbf", b"&amp;", b" ",
+                b"\r\n", b"<script>x</script>", b"<title>t\xc3\xa9</title>", b"<meta charset=utf-8>", b"word"]
+
+
+@settings(max_examples=1500, deadline=None)
+@given(st.lists(st.sampled_from(_HTML_PIECES), max_size=30), st.sampled_from(
+    [None, "text/html", "text/html; charset=utf-8", "text/html; charset=windows-1252"]), st.booleans())
+def test_lexbor_gets_the_bytes_the_decoded_text_would_give(pieces: list[bytes], content_type: str | None,
+                                                          bom: bool) -> None:
+    """Valid UTF-8 goes to Lexbor as the payload's own bytes, anything else as decoded text; either way
+    the document must be the one parsing ``payload[skip:].decode(codec, "replace")`` gives (the oracle:
+    what parse_html did before), for valid, invalid and BOM-led UTF-8, NULs and other charsets."""
+    from selectolax.lexbor import LexborHTMLParser
+
+    from crawl.parse import _detect_charset, _lexbor_input
+
+    payload = (b"\xef\xbb\xbf" if bom else b"") + b"".join(pieces)
+    codec, skip, valid = _detect_charset(payload, content_type)
+    assert (codec, skip) == detect_charset(payload, content_type)
+    got = LexborHTMLParser(_lexbor_input(payload, codec, skip, valid))
+    want = LexborHTMLParser(payload[skip:].decode(codec, errors="replace"))
+    assert got.html == want.html
+    assert got.root.text(separator=" ") == want.root.text(separator=" ")
+    headers = {"content-type": content_type} if content_type else {}
+    doc = parse_html("http://h.test/", payload, headers)
+    want.strip_tags(["script", "style", "noscript", "template"])
+    assert doc.text == " ".join(want.body.text(separator=" ").split())
