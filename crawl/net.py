@@ -299,17 +299,21 @@ class GuardedResolver(AbstractResolver):
         self._cache: dict[tuple[str, int, int], tuple[float, list[ResolveResult] | DnsError]] = {}
         self._pending: dict[tuple[str, int, int], asyncio.Future[list[ResolveResult]]] = {}
         self.lookups = 0  # real lookups done (cache misses), for stats and tests
+        # hosts check_literal found to be names: it runs before every request, kept-alive connection
+        # or not, and telling a name from a literal costs a raised ValueError each time
+        self._names: set[str] = set()
 
     def check_literal(self, host: str, port: int | None) -> None:
         """Refuse an IP-literal host no rule names (a rule's target may be private; nothing else).
 
         Names are left to :meth:`resolve`; legacy IPv4 spellings are refused there.
         """
-        if self.guard.allow_private_networks:
+        if self.guard.allow_private_networks or host in self._names:
             return
         try:
             addr = parse_ip(host)
         except ValueError:
+            self._names.add(host)
             return  # a name
         why = blocked_reason(addr)
         if why is not None and self.map.lookup(host.strip("[]")) is None:

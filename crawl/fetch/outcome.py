@@ -86,6 +86,25 @@ def _header(headers: list[tuple[str, str]], name: str) -> str | None:
     return None
 
 
+_ROW_HEADERS = {"content-type": "content_type", "etag": "etag", "last-modified": "last_modified",
+                "x-robots-tag": "x_robots_tag"}
+
+
+def _row_headers(headers: list[tuple[str, str]]) -> dict[str, str | None]:
+    """The row columns taken from response headers (the first of each name, as :func:`_header`), in
+    one pass over the headers instead of one per column."""
+    out: dict[str, str | None] = dict.fromkeys(_ROW_HEADERS.values())
+    left = len(_ROW_HEADERS)
+    for k, v in headers:
+        col = _ROW_HEADERS.get(k.lower())
+        if col is not None and out[col] is None:
+            out[col] = v
+            left -= 1
+            if not left:
+                break
+    return out
+
+
 class _Outcomes:
     """What a page answer means for the task: its row (fetched, redirect, gone, failure), a held body,
     a redirect hop, a host error with its backoff, and the settling of a host's remaining URLs."""
@@ -107,9 +126,8 @@ class _Outcomes:
         except Exception as exc:  # noqa: BLE001 - network failures become rows
             self._failed(h, job, t, exc)
             return
-        base = dict(http_status=r.status, content_type=_header(r.headers, "content-type"),
-                    etag=_header(r.headers, "etag"), last_modified=_header(r.headers, "last-modified"),
-                    x_robots_tag=_header(r.headers, "x-robots-tag"))
+        base: dict[str, Any] = _row_headers(r.headers)
+        base["http_status"] = r.status
         s = r.status
         if 200 <= s < 300:
             self._fetched(h, job, t, r, base)
