@@ -48,6 +48,9 @@ from crawl.simweb.model import SimParams, build  # noqa: E402
 from crawl.simweb.truth import truth_table  # noqa: E402
 from crawl.url import host_of, url_hash  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from timeline import Sampler, StepClock, step_table  # noqa: E402
+
 
 async def plain_loop(port: int, urls: list[str], extract: bool, concurrency: int = 64) -> float:
     """Pages/s of a bare aiohttp loop over ``urls`` (Host header routing), optionally extracting links."""
@@ -231,11 +234,20 @@ def main() -> None:
 
         with dask_client(cfg) as client:
             rnd.inject(cfg, urls)
+            wpids = client.run(os.getpid)
+            sampler = Sampler({**{f"w{i}": wpids[a] for i, a in enumerate(sorted(wpids))},
+                               "driver": os.getpid(), "simweb": proc.pid})
+            clock = StepClock()
+            sampler.start()
             cpu0 = worker_cpu(client)
             t0 = time.perf_counter()
-            summary = rnd.run_round(cfg, None, client=client)
+            summary = rnd.run_round(cfg, None, client=client, progress=clock)
             e2e_s = time.perf_counter() - t0
             round_cpu_ms = 1000 * (worker_cpu(client) - cpu0) / max(summary["fetch_parse"]["fetched"], 1)
+            sampler.stop()
+            print("the round's steps (s) and the cores each process used (sampled every 0.25 s; "
+                  "driver = this process with the Dask scheduler; others = every other process):")
+            idle = step_table(sampler, clock.steps)["round"]["idle_share"]
             fixed_s, built_s, steps = fixed_round(work, port, args.known, client)
         n = summary["fetch_parse"]["fetched"]
         ours_e2e = n / e2e_s
@@ -249,6 +261,7 @@ def main() -> None:
               f"{fetch_cpu_ms:.2f} ms; ours round, Dask workers' user+sys {round_cpu_ms:.2f} ms")
         print(f"fixed cost: a round with nothing due on {args.known:,} known URLs (state built in {built_s:.1f} s): "
               f"{fixed_s:.2f} s = " + ", ".join(f"{k} {v:.2f}" for k, v in steps.items()))
+        print(f"idle share of the machine's cores during the round: {idle:.2f}")
         print(f"RESULT e2e_pages_s={ours_e2e:.0f} vs_ceiling={ours_e2e / ceil_extract:.2f} "
               f"fetch_only_vs_ceiling={ours_fetch / ceil_fetch:.2f} fixed_round_s={fixed_s:.2f} "
               f"cpu_ms_per_page={round_cpu_ms:.2f} bare_cpu_ms_per_page={bare_cpu_ms:.2f} "
