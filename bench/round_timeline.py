@@ -118,6 +118,19 @@ def profile_steps(top: int) -> dict[str, Any]:
     return profs
 
 
+def save_before_update(root: Path, dest: Path, cfg: Any) -> None:
+    """Make the round's update step first copy the crawl root (and the config) to ``dest``."""
+    update = rnd.update
+
+    def wrapped(*a: Any, **kw: Any) -> Any:
+        shutil.rmtree(dest, ignore_errors=True)
+        shutil.copytree(root, dest / "root")
+        (dest / "config.json").write_text(json.dumps(cfg.to_dict(), default=str))
+        return update(*a, **kw)
+
+    rnd.update = wrapped
+
+
 def print_profiles(profs: dict[str, Any], top: int) -> None:
     import io
     import pstats
@@ -141,6 +154,8 @@ def main() -> None:
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="extra config override (JSON value), e.g. --set parse_in_fetch_max_bytes=0")
     ap.add_argument("--json", help="write the breakdown here")
+    ap.add_argument("--save-fetched", metavar="DIR",
+                    help="copy the crawl root here after fetch+parse, before update (for bench/after_fetch_bench.py)")
     ap.add_argument("--profile", type=int, default=0, metavar="TOP",
                     help="cProfile the driver-side steps (generate, update, reprioritise, publish); top N rows")
     args = ap.parse_args()
@@ -167,6 +182,8 @@ def main() -> None:
             pids = {**{workers[a]: p for a, p in wpids.items()}, "driver": os.getpid(), "simweb": proc.pid}
             rnd.inject(cfg, urls)
             profs = profile_steps(args.profile) if args.profile else {}
+            if args.save_fetched:
+                save_before_update(Path(cfg.root), Path(args.save_fetched), cfg)
             clock = StepClock()
             sampler = Sampler(pids)
             sampler.start()

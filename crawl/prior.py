@@ -14,7 +14,9 @@ constant-rate baseline) at ``state/crawl=ID/model/v=NNNNN/`` so a user can see w
 
 from __future__ import annotations
 
+import functools
 import pickle
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -91,12 +93,18 @@ def host_rate(hosts: np.ndarray, events: np.ndarray, exposure: np.ndarray, globa
     return (global_rate * HOST_PRIOR_DAYS + h_ev) / (HOST_PRIOR_DAYS + np.maximum(h_ex, 0.0))
 
 
-def features(db: pa.Table, host_rates: np.ndarray) -> sp.csr_matrix:
-    """Sparse design matrix: hashed URL tokens + numeric columns (depth, query, length, host, changefreq)."""
+def url_tokens(db: pa.Table) -> sp.csr_matrix:
+    """The hashed URL tokens of every row: per-row Python (tokenising), the cost of the features."""
+    return _vectorizer().transform(url_documents(db.column("url").combine_chunks()))
+
+
+def features(db: pa.Table, host_rates: np.ndarray, tokens: sp.csr_matrix | None = None) -> sp.csr_matrix:
+    """Sparse design matrix: hashed URL tokens (``tokens``: :func:`url_tokens` of ``db`` when already
+    computed) + numeric columns (depth, query, length, host, changefreq)."""
     import scipy.sparse as sp
 
     urls = db.column("url").combine_chunks()
-    tokens = _vectorizer().transform(url_documents(urls))
+    tokens = url_tokens(db) if tokens is None else tokens
     depth = pc.fill_null(db.column("depth"), 0).to_numpy(zero_copy_only=False).astype(np.float64)
     has_query = pc.fill_null(pc.match_substring(urls, "?"), False).to_numpy(zero_copy_only=False)
     segs = pc.fill_null(pc.count_substring(urls, "/"), 3).to_numpy(zero_copy_only=False).astype(np.float64)
@@ -125,8 +133,10 @@ def _holdout(url_hash: np.ndarray) -> np.ndarray:
     return (url_hash.astype(np.uint64) % np.uint64(1000)) < np.uint64(int(HOLDOUT_SHARE * 1000))
 
 
-def fit(db: pa.Table, events: np.ndarray, exposure: np.ndarray, checks: np.ndarray) -> PriorModel:
-    """Fit the prior on rows with enough history; held-out rows give the deviance metrics."""
+def fit(db: pa.Table, events: np.ndarray, exposure: np.ndarray, checks: np.ndarray,
+        tokens: Callable[[], sp.csr_matrix] | None = None) -> PriorModel:
+    """Fit the prior on rows with enough history; held-out rows give the deviance metrics.
+    ``tokens``: gives :func:`url_tokens` of every row of ``db`` (called only when a model is fitted)."""
     from sklearn.linear_model import PoissonRegressor
     from sklearn.metrics import mean_poisson_deviance
 
@@ -153,7 +163,7 @@ def fit(db: pa.Table, events: np.ndarray, exposure: np.ndarray, checks: np.ndarr
     hr = host_rate(hosts, ev_tr, ex_tr, global_rate, leave_one_out=True)
     # features of the sampled rows only: hashing URL tokens is per-row Python, the cost of the fit
     rows = np.flatnonzero(train | held)
-    x = features(db.take(pa.array(rows)), hr[rows])
+    x = features(db.take(pa.array(rows)), hr[rows], None if tokens is None else tokens()[rows])
     tr, ho = train[rows], held[rows]
     y = events / np.maximum(exposure, 1e-9)
     model = PoissonRegressor(alpha=1e-3, max_iter=300)
@@ -170,8 +180,9 @@ def fit(db: pa.Table, events: np.ndarray, exposure: np.ndarray, checks: np.ndarr
 
 
 def predict(prior: PriorModel, db: pa.Table, events: np.ndarray, exposure: np.ndarray,
-            checks: np.ndarray) -> np.ndarray:
-    """Prior rate (changes/day) for every row; host pooling of all evidence when no model was fitted."""
+            checks: np.ndarray, tokens: Callable[[], sp.csr_matrix] | None = None) -> np.ndarray:
+    """Prior rate (changes/day) for every row; host pooling of all evidence when no model was fitted.
+    ``tokens``: gives :func:`url_tokens` of ``db`` (called only when there is a model)."""
     if db.num_rows == 0:
         return np.empty(0)
     hosts = host_codes(db)
@@ -180,7 +191,7 @@ def predict(prior: PriorModel, db: pa.Table, events: np.ndarray, exposure: np.nd
         return np.clip(host_rate(hosts, events, exposure, prior.global_rate, leave_one_out=False), MIN_RATE, MAX_RATE)
     hr = host_rate(hosts, np.where(usable, events, 0.0), np.where(usable, exposure, 0.0), prior.global_rate,
                    leave_one_out=False)
-    return np.clip(prior.model.predict(features(db, hr)), MIN_RATE, MAX_RATE)
+    return np.clip(prior.model.predict(features(db, hr, None if tokens is None else tokens())), MIN_RATE, MAX_RATE)
 
 
 def save(store: Store, round_no: int, prior: PriorModel) -> str:
@@ -223,8 +234,11 @@ def for_round(store: Store, round_no: int, db: pa.Table, events: np.ndarray, exp
         raise ValueError(f"round {round_no} refits the prior: it needs every row, not a partial CrawlDb")
     old_h = old_p = None
     if full:
-        model = fit(db, events, exposure, checks)
-        prior = predict(model, db, events, exposure, checks)
+        # the URL tokens once for every row: the fit takes its sample's, the prediction all of them
+        # (tokenising twice was a third of a fresh 20 k-page round's reprioritise)
+        tokens = functools.cache(lambda: url_tokens(db))
+        model = fit(db, events, exposure, checks, tokens)
+        prior = predict(model, db, events, exposure, checks, tokens)
         refit = {"refit": True}
     else:
         model = pickle.loads(store.read_bytes(prev_model))

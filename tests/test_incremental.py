@@ -170,3 +170,30 @@ def test_the_readme_crawldb_query_sees_an_incremental_rounds_rows(rounds, simweb
     # the same view over a version without overlays is its shard files
     con.execute(_readme_crawldb_view(cfg, 2))
     assert con.sql("SELECT count(*) FROM crawldb").fetchall()[0][0] == len(v2) == summaries[1]["update"]["known"]
+
+
+def test_splice_gives_the_rows_of_a_dict_merge_on_every_path():
+    """crawldb.splice: zero-copy slices (small delta, big base), one take (delta large against the base)
+    and an empty base (a fresh crawl's first round) all give base's rows with delta's replacing or
+    joining them, sorted by url_hash -- checked against a plain dict merge."""
+    import numpy as np
+    import pyarrow as pa
+
+    rng = np.random.default_rng(5)
+
+    def rows(hashes, prio):
+        return crawldb.conform(pa.table({"url": [f"http://a.test/{x}" for x in hashes],
+                                         "url_hash": pa.array(hashes, pa.uint64()), "priority": [prio] * len(hashes)}))
+
+    base_h = np.sort(rng.choice(2**40, 5000, replace=False).astype(np.uint64))
+    base = rows(base_h, 1.0)
+    for n_delta, empty_base in ((10, False), (60, False), (500, False), (800, True)):
+        known = rng.choice(base_h, n_delta // 2, replace=False)
+        fresh = rng.choice(2**40, n_delta - known.size).astype(np.uint64) | np.uint64(2**41)
+        delta_h = rng.permutation(np.concatenate([known, fresh]))  # unsorted, as deltas come
+        b = base.slice(0, 0) if empty_base else base
+        want = {} if empty_base else {int(h): 1.0 for h in base_h}
+        want.update({int(h): 2.0 for h in delta_h})
+        got = crawldb.splice(b, rows(delta_h, 2.0))
+        assert got.column("url_hash").to_pylist() == sorted(want)
+        assert got.column("priority").to_pylist() == [want[h] for h in sorted(want)]

@@ -1,0 +1,92 @@
+"""The steps of a round after fetch+parse (update, reprioritise, publish, report), replayed on a saved
+crawl root, with each step's wall and CPU time and optionally its cProfile.
+
+Why: at 20,000 pages these steps run in the driver while the workers wait (``round_timeline.py``);
+replaying them on the same saved state gives same-input A/B figures in seconds, without re-crawling,
+and CPU seconds are far less sensitive to a shared box's load than wall time.
+
+    python bench/round_timeline.py --hosts 1000 --pages 20000 --save-fetched /tmp/fetched20k
+    python bench/after_fetch_bench.py /tmp/fetched20k [--reps 3] [--profile 30]
+
+Update runs its per-shard merges in threads here (no Dask client), as ``crawl.update`` does without one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import json
+import pstats
+import shutil
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from crawl import round as rnd  # noqa: E402
+from crawl.config import load_config  # noqa: E402
+
+
+def replay(saved: Path, profile: int) -> dict[str, tuple[float, float]]:
+    """{step: (wall s, CPU s)} of update, reprioritise, publish on a fresh copy of ``saved``."""
+    work = Path(tempfile.mkdtemp(prefix="after-fetch-"))
+    try:
+        shutil.copytree(saved / "root", work / "root", ignore=shutil.ignore_patterns("lease"))  # the bench's, expired
+        over = json.loads((saved / "config.json").read_text())
+        over["root"] = str(work / "root")
+        cfg = load_config(overrides={k: v for k, v in over.items() if v is not None}, use_env=False)
+        gen = json.loads((work / "root").joinpath(*_gen_rel(cfg)).read_text())
+        n, now = gen["round"], datetime.fromisoformat(gen["now"]).astimezone(UTC)
+        out = {}
+        for name, fn in (("update", lambda: rnd.update(cfg, n, now)),
+                         ("reprioritise", lambda: rnd.reprioritise(cfg, n, now)),
+                         ("publish", lambda: rnd.publish(cfg, n))):
+            prof = cProfile.Profile() if profile else None
+            w0, c0 = time.perf_counter(), time.process_time()
+            if prof is not None:
+                prof.runcall(fn)
+            else:
+                fn()
+            out[name] = (time.perf_counter() - w0, time.process_time() - c0)
+            if prof is not None:
+                st = pstats.Stats(prof, stream=io.StringIO())
+                rows = sorted(st.stats.items(), key=lambda kv: kv[1][3], reverse=True)  # type: ignore[attr-defined]
+                print(f"\n{name}: top {profile} by cumulative time")
+                for (path, line, f), (_cc, nc, tt, ct, _) in rows[:profile]:
+                    short = path.split("/crawl/", 1)[-1] if "/crawl/" in path else path.rsplit("/", 1)[-1]
+                    print(f"  {ct:7.3f} cum {tt:7.3f} own {nc:7d}x  {short}:{line}({f})")
+        return out
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _gen_rel(cfg: Any) -> list[str]:
+    from crawl.store import Store
+
+    store = Store(cfg.root, cfg.crawl_id)
+    rel = store.round_dir(store.current_round() + 1, "generate.json")
+    return [rel]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("saved", type=Path, help="a directory written by round_timeline.py --save-fetched")
+    ap.add_argument("--reps", type=int, default=1)
+    ap.add_argument("--profile", type=int, default=0, metavar="TOP")
+    args = ap.parse_args()
+    from crawl.warmup import single_threaded_math
+
+    single_threaded_math()  # as `crawl run` does for its own process
+    for rep in range(args.reps):
+        res = replay(args.saved, args.profile if rep == 0 else 0)
+        print(f"rep {rep + 1}: " + "; ".join(f"{k} {w:.2f} s wall {c:.2f} s CPU" for k, (w, c) in res.items())
+              + f"; total {sum(w for w, _ in res.values()):.2f} s wall {sum(c for _, c in res.values()):.2f} s CPU")
+
+
+if __name__ == "__main__":
+    main()
