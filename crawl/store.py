@@ -43,7 +43,7 @@ import contextlib
 import json
 import os
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -160,15 +160,22 @@ class Store:
         pq.write_table(table, sink, compression="zstd")
         self.write_bytes(rel, sink.getvalue().to_pybytes())
 
-    def read_table(self, rel: str, schema: pa.Schema | None = None) -> pa.Table:
+    def read_table(self, rel: str, schema: pa.Schema | None = None,
+                   columns: Sequence[str] | None = None) -> pa.Table:
+        """A Parquet file (only ``columns``, in that order, when given), cast to ``schema`` (its fields of
+        ``columns`` then)."""
+        if columns is not None and schema is not None:
+            schema = pa.schema([schema.field(c) for c in columns])
         with self.fs.open(self.abs(rel), "rb") as fh:
-            table = pq.read_table(fh)
+            table = pq.read_table(fh, columns=list(columns) if columns is not None else None)
         return table.cast(schema) if schema is not None and table.schema != schema else table
 
-    def read_tables(self, rels: list[str], schema: pa.Schema) -> pa.Table:
-        """Concatenate Parquet files (missing list = empty table of ``schema``)."""
-        tables = [self.read_table(r, schema) for r in rels]
-        return pa.concat_tables(tables) if tables else schema.empty_table()
+    def read_tables(self, rels: list[str], schema: pa.Schema, columns: Sequence[str] | None = None) -> pa.Table:
+        """Concatenate Parquet files (missing list = empty table of ``schema``); only ``columns`` if given."""
+        tables = [self.read_table(r, schema, columns) for r in rels]
+        if tables:
+            return pa.concat_tables(tables)
+        return (pa.schema([schema.field(c) for c in columns]) if columns is not None else schema).empty_table()
 
     def duckdb_paths(self, con: Any, rels: list[str]) -> list[str]:
         """Paths DuckDB can ``read_parquet`` directly (a remote filesystem is registered with ``con``)."""

@@ -270,8 +270,10 @@ def parse_task(cfg: CrawlConfig, round_no: int, part: int, fetch_stats: dict[str
 def _parse_and_mark(cfg: CrawlConfig, store: Store, round_no: int, part: int, fetched: pa.Table,
                     held: dict[int, tuple[list[tuple[str, str]], bytes]] | None = None) -> dict[str, Any]:
     """Parse the documents of a partition's fetch rows (``fetched``: as in its fetched file), write
-    pages + raw links, then the parsed marker. ``held``: bodies in memory by row of ``fetched``
+    pages + raw links and the partition's text and images files (:func:`crawl.index.write_part_texts`),
+    then the parsed marker. ``held``: bodies in memory by row of ``fetched``
     (:attr:`crawl.fetch.FetchOutput.bodies`); the others are read back from the WARC files."""
+    from crawl.index import write_part_texts
     from crawl.media import MediaLimits, media_limits
     from crawl.parse import held_bodies, install_parsers, parse_bodies
 
@@ -297,8 +299,10 @@ def _parse_and_mark(cfg: CrawlConfig, store: Store, round_no: int, part: int, fe
     with media_limits(MediaLimits.from_config(cfg)):
         pages, links = parse_bodies(documents, held_bodies(cfg.root, documents, by_doc_row),
                                     cfg.max_outlinks_per_page, cfg.allowed_schemes)
-    store.write_table(store.part_file(round_no, "pages", part), pages.cast(PAGE_SCHEMA))
+    pages = pages.cast(PAGE_SCHEMA)
+    store.write_table(store.part_file(round_no, "pages", part), pages)
     store.write_table(store.part_file(round_no, "rawlinks", part), links.cast(LINK_SCHEMA))
+    write_part_texts(store, round_no, part, fetched, pages)  # here, in parallel, not in update's driver
     stats = {"part": part, "pages": pages.num_rows, "links": links.num_rows, "bodies_from_memory": len(by_doc_row)}
     store.mark_done(round_no, "parsed", part, stats)
     return stats

@@ -113,7 +113,8 @@ def update(cfg: CrawlConfig, round_no: int, now: datetime, client: Any = None) -
         return carried
     fetch_parts = _parts(store, round_no, "fetched")
     fetched_all = _read_with_part(store, fetch_parts)
-    pages = store.read_tables(_parts(store, round_no, "pages"), PAGE_SCHEMA)
+    # without the text and title: the parse tasks wrote the text files (crawl.index.write_part_texts)
+    pages = store.read_tables(_parts(store, round_no, "pages"), PAGE_SCHEMA, columns=index.INDEX_PAGE_COLUMNS)
     # the health gate first: merge_shard reads it (a degraded round's failures do not count towards gone)
     planned = int((store.read_json(store.round_dir(round_no, "generate.json")) or {}).get("urls", 0))
     round_health = health.assess(cfg, planned, fetched_all, reached_hosts(store, round_no - 1))
