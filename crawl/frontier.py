@@ -6,8 +6,9 @@ Selection runs in DuckDB over the Arrow CrawlDb (no Python loop per URL):
    a host with delay d can take at most ``round_duration_s / d`` fetches in a round;
 3. a ``coverage_share`` of the budget is reserved for never-fetched URLs (discovery never starves),
    the rest goes to re-fetches by priority; whatever one pool leaves unused flows to the other;
-4. partitions are assigned by a stable hash of the politeness key, so a host is never split and its
-   politeness is owned by exactly one task. With ``politeness_key=ip`` the key is the host's address,
+4. partitions hold whole politeness keys, so a host is never split and its politeness is owned by
+   exactly one task; keys are dealt out largest first to the partition with the fewest URLs so far
+   (:func:`balanced_partition_of`), so the tasks carry equal work and the workers finish together. With ``politeness_key=ip`` the key is the host's address,
    resolved here once per host and round (:func:`with_ip_keys`), so hosts sharing an address share one
    queue in one task.
 """
@@ -35,20 +36,6 @@ def host_cap(cfg: CrawlConfig, delay_s: float | None = None) -> int:
     if delay <= 0:
         return cfg.max_pages
     return max(1, math.floor(cfg.round_duration_s / delay))
-
-
-def partition_of(keys: pa.Array | pa.ChunkedArray | list[str], partitions: int) -> np.ndarray:
-    """Stable partition number per politeness key (xxh3, independent of process and library versions).
-
-    Hashes each distinct key once (a dictionary encoding), not each URL.
-    """
-    arr = keys if isinstance(keys, pa.Array | pa.ChunkedArray) else pa.array(keys, pa.string())
-    if isinstance(arr, pa.ChunkedArray):
-        arr = arr.combine_chunks()
-    enc = pc.dictionary_encode(pc.fill_null(arr, ""))
-    per_key = np.array([xxhash.xxh3_64_intdigest(k.encode()) % partitions for k in enc.dictionary.to_pylist()],
-                       dtype=np.int32)
-    return per_key[enc.indices.to_numpy(zero_copy_only=False)] if len(arr) else np.empty(0, np.int32)
 
 
 def select(cfg: CrawlConfig, candidates: pa.Table, now: datetime, host_delays: pa.Table | None = None) -> pa.Table:
@@ -183,10 +170,39 @@ def cap_keys(cfg: CrawlConfig, selected: pa.Table, host_delays: pa.Table | None 
     """).to_arrow_table()
 
 
+def balanced_partition_of(keys: pa.Array | pa.ChunkedArray, partitions: int) -> np.ndarray:
+    """Partition number per row, whole keys per partition, URLs spread evenly: keys in order of their
+    URL count (largest first; ties by a stable hash of the key), each to the partition with the fewest
+    URLs so far (the LPT rule: the largest partition is at most 4/3 of the optimum).
+
+    Why not a hash of the key: at a few hundred hosts per partition, hashing left partitions 15-30 %
+    apart in URLs (a 20 k-page bench round: 4,838 / 5,199 / 3,024 / 3,957 pages), and a worker that
+    finished its partitions waited idle for the other's. Deterministic for a given selection, which is
+    all a round needs (generate writes its fetch lists once; a resumed round reuses them)."""
+    import heapq
+
+    arr = keys.combine_chunks() if isinstance(keys, pa.ChunkedArray) else keys
+    if len(arr) == 0:
+        return np.empty(0, np.int32)
+    enc = pc.dictionary_encode(pc.fill_null(arr, ""))
+    idx = enc.indices.to_numpy(zero_copy_only=False)
+    counts = np.bincount(idx, minlength=len(enc.dictionary))
+    ties = np.array([xxhash.xxh3_64_intdigest(k.encode()) for k in enc.dictionary.to_pylist()], np.uint64)
+    order = np.lexsort((ties, -counts))
+    loads = [(0, k) for k in range(partitions)]
+    per_key = np.empty(len(counts), np.int32)
+    for key in order.tolist():
+        load, part = heapq.heappop(loads)
+        per_key[key] = part
+        heapq.heappush(loads, (load + int(counts[key]), part))
+    return per_key[idx]
+
+
 def split(cfg: CrawlConfig, selected: pa.Table) -> list[pa.Table]:
-    """Cut the selection into ``cfg.partitions`` fetch lists, whole hosts per partition."""
+    """Cut the selection into ``cfg.partitions`` fetch lists, whole hosts (politeness keys) per partition,
+    of near-equal URL counts (:func:`balanced_partition_of`)."""
     keys = selected.column("pkey") if "pkey" in selected.column_names else selected.column("host")
-    parts = partition_of(keys, cfg.partitions)
+    parts = balanced_partition_of(keys, cfg.partitions)
     out = []
     for k in range(cfg.partitions):
         t = selected.filter(pa.array(parts == k))
