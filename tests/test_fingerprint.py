@@ -301,3 +301,37 @@ def test_fingerprints_many_equals_whole_text_nfkc_hypothesis(texts: list[str | N
             continue
         want = base64.b32encode(hashlib.sha1(_old_normalise(t).encode()).digest()).decode()
         assert (s, d) == (simhash(t), want), repr(t)
+
+
+def test_replaced_lower_equals_whole_text_nfkc_for_every_replacement() -> None:
+    """The byte path for texts whose NFKC changes are one-by-one replacements: every ``_REPLACE``
+    character, between cased ASCII, safe letters and capital letters whose lowercase changes length
+    (İ, Kelvin sign, ẞ) or depends on neighbours (Σ), gives whole-text NFKC + lower exactly; and it
+    does run (returns bytes) for the plain cases."""
+    from crawl.fingerprint import _REPLACE, _SAFE, _digest_bytes, _replaced_lower
+
+    ran = 0
+    neighbours = ["A", "\u00c9", "\u00e9", "\u0130", "\u212a", "\u1e9e", "\u03a3", "A\u03a3", "\u03c3", "\u2026", " ", "\u00a0",
+                  "\u0301", "\U0001f600", "\u0100", "Z"]
+    for c in [*_REPLACE, *_SAFE[::5]]:
+        for left in neighbours:
+            text = f"Word {left}{c}Tail \u2122 \u00c0x"
+            raw = text.lower().encode()
+            want = " ".join(unicodedata.normalize("NFKC", text).lower().split()).encode()
+            assert _digest_bytes(text, raw) == want, repr(text)
+            got = _replaced_lower(text, raw)
+            assert got is None or got == unicodedata.normalize("NFKC", text).lower().encode(), repr(text)
+            ran += got is not None
+    assert ran > 3000
+
+
+@settings(max_examples=3000, deadline=None)
+@given(st.lists(st.sampled_from(["a", "B", " ", "\n", "\u00e9", "\u00c9", "\u2026", "\u2122", "\ufb01", "\uff21",
+                                 "\u00bd", "\u0130", "\u212a", "\u03a3", "\u03f9", "\u1e9e", "\u0301", "\u00a0",
+                                 "\u3000", "\U0001f600", "\u2028", "\u0149", "\u01c4", "\u2126", "x.y"]),
+                max_size=40).map("".join))
+def test_digest_bytes_equals_whole_text_nfkc(text: str) -> None:
+    from crawl.fingerprint import _digest_bytes
+
+    want = " ".join(unicodedata.normalize("NFKC", text).lower().split()).encode()
+    assert _digest_bytes(text, text.lower().encode()) == want
