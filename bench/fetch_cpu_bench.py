@@ -51,8 +51,9 @@ def fetch_config(work: Path, port: int, pages: int):  # noqa: ANN201 - CrawlConf
     }, use_env=False)
 
 
-def run_once(fetchlist_path: Path, port: int, work: Path, prefix: str) -> dict:
-    """One fetch_partition over the stored fetch list: CPU and wall seconds, pages fetched."""
+def run_once(fetchlist_path: Path, port: int, work: Path, prefix: str, checkpoint_every: int = 0) -> dict:
+    """One fetch_partition over the stored fetch list: CPU and wall seconds, pages fetched.
+    ``checkpoint_every`` > 0: checkpointed every that many rows, as a round's fetch task is."""
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
@@ -60,8 +61,16 @@ def run_once(fetchlist_path: Path, port: int, work: Path, prefix: str) -> dict:
 
     fl = pq.read_table(fetchlist_path)
     cfg = fetch_config(work, port, fl.num_rows)
+    kw: dict = {}
+    if checkpoint_every:
+        from crawl.checkpoint import PartitionCheckpoints, fetchlist_key
+        from crawl.store import Store
+
+        cfg = cfg.replace(fetch_checkpoint_every=checkpoint_every)
+        kw["checkpoint"] = PartitionCheckpoints(Store(str(work / "out"), "bench"), 1, 0,
+                                                fetchlist_key(fl) + prefix).save
     t0, c0 = time.perf_counter(), time.process_time()
-    out = fetch_partition(cfg, fl, root=str(work / "out"), warc_prefix=prefix, now=datetime.now(UTC))
+    out = fetch_partition(cfg, fl, root=str(work / "out"), warc_prefix=prefix, now=datetime.now(UTC), **kw)
     cpu, wall = time.process_time() - c0, time.perf_counter() - t0
     pages = out.fetches.filter(pc.equal(out.fetches.column("subset"), "warc"))
     fetched = int(pc.sum(pc.equal(pages.column("status"), "fetched")).as_py() or 0)
@@ -70,7 +79,7 @@ def run_once(fetchlist_path: Path, port: int, work: Path, prefix: str) -> dict:
 
 
 def child(args: argparse.Namespace) -> None:
-    r = run_once(Path(args.fetchlist), args.port, Path(args.work), args.prefix)
+    r = run_once(Path(args.fetchlist), args.port, Path(args.work), args.prefix, args.checkpoint_every)
     print("CHILD " + json.dumps(r), flush=True)
 
 
@@ -82,10 +91,11 @@ def tree_at(rev: str, dest: Path) -> Path:
     return dest
 
 
-def spawn(tree: Path, fetchlist: Path, port: int, work: Path, prefix: str) -> dict:
+def spawn(tree: Path, fetchlist: Path, port: int, work: Path, prefix: str, checkpoint_every: int) -> dict:
     env = {**os.environ, "FETCH_CPU_TREE": str(tree), "PYTHONPATH": str(tree)}
     p = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--child", "--fetchlist", str(fetchlist),
-                        "--port", str(port), "--work", str(work), "--prefix", prefix],
+                        "--port", str(port), "--work", str(work), "--prefix", prefix,
+                        "--checkpoint-every", str(checkpoint_every)],
                        env=env, capture_output=True, text=True, timeout=900)
     for line in p.stdout.splitlines():
         if line.startswith("CHILD "):
@@ -110,6 +120,8 @@ def main() -> None:
     ap.add_argument("--baseline-rev", default="", help="also run crawl/ of this git revision, alternated")
     ap.add_argument("--profile", default="", help="run once in-process under cProfile, save stats here")
     ap.add_argument("--once", action="store_true", help="run the current tree once in-process (for py-spy)")
+    ap.add_argument("--checkpoint-every", type=int, default=0,
+                    help="checkpoint every N rows, as a round's fetch task (default 0: as crawl_bench's fetch-only call)")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--fetchlist", default="", help=argparse.SUPPRESS)
     ap.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
@@ -144,7 +156,7 @@ def main() -> None:
 
             prof = cProfile.Profile()
             prof.enable()
-            r = run_once(fl_path, port, work / "prof", "warc/prof")
+            r = run_once(fl_path, port, work / "prof", "warc/prof", args.checkpoint_every)
             prof.disable()
             prof.dump_stats(args.profile)
             print(f"profiled run: {r['fetched']} pages, {1000 * r['cpu_s'] / max(r['fetched'], 1):.2f} ms CPU/page "
@@ -152,7 +164,7 @@ def main() -> None:
             pstats.Stats(prof).sort_stats("tottime").print_stats(35)
             return
         if args.once:
-            r = run_once(fl_path, port, work / "once", "warc/once")
+            r = run_once(fl_path, port, work / "once", "warc/once", args.checkpoint_every)
             print(f"one run: {r['fetched']} pages, {1000 * r['cpu_s'] / max(r['fetched'], 1):.3f} ms CPU/page")
             return
         sides = [("current", REPO)]
@@ -162,7 +174,7 @@ def main() -> None:
         rate: dict[str, list[float]] = {name: [] for name, _ in sides}
         for rep in range(args.reps):
             for name, tree in (sides if rep % 2 == 0 else sides[::-1]):
-                r = spawn(tree, fl_path, port, work / f"{name}{rep}", f"warc/{name}{rep}")
+                r = spawn(tree, fl_path, port, work / f"{name}{rep}", f"warc/{name}{rep}", args.checkpoint_every)
                 ms = 1000 * r["cpu_s"] / max(r["fetched"], 1)
                 cpu[name].append(ms)
                 rate[name].append(r["fetched"] / r["wall_s"])
