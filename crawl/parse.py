@@ -659,12 +659,16 @@ def _content_text(tree: LexborHTMLParser) -> str:
     if not nodes:
         return ""
     for n in nodes:  # anchor text is navigation (boilerpipe's link density), not the article's words
-        for a in n.css("a"):
-            a.decompose()
+        n.strip_tags(["a"], recursive=True)  # = decompose() of each <a> under n, in one call
     # whitespace is left as is: SimHash tokenises and text_digest normalises, and collapsing ~30 KB of
     # text costs more than extracting it
     text = " ".join(n.text(separator=" ") for n in nodes)
-    return text if len(text.split(None, 3)) >= 3 else ""
+    return text if _THREE_WORDS.match(text) else ""
+
+
+# at least three words (str.split()'s whitespace: re's \s for str patterns is str.isspace()); anchored
+# and possessive, so linear whatever the text, and no copy of it as split(None, 3) made
+_THREE_WORDS = re.compile(r"\s*+\S++\s++\S++\s++\S")
 
 
 # directly, not through register_parser: that would load the built-in media parsers mid-import

@@ -661,3 +661,13 @@ def test_lexbor_gets_the_bytes_the_decoded_text_would_give(pieces: list[bytes], 
     doc = parse_html("http://h.test/", payload, headers)
     want.strip_tags(["script", "style", "noscript", "template"])
     assert doc.text == " ".join(want.body.text(separator=" ").split())
+
+
+@settings(max_examples=3000, deadline=None)
+@given(st.lists(st.sampled_from(["a", "b\u00e9", " ", "\t", "\n", "\x1c", "\xa0", "\u2028", "\u3000", "\x85", "\x00",
+                                 "\u200b"]), max_size=10).map("".join))
+def test_three_words_check_is_str_split(text: str) -> None:
+    """The main-content text counts when it has three words as ``str.split()`` sees them."""
+    from crawl.parse import _THREE_WORDS
+
+    assert (_THREE_WORDS.match(text) is not None) == (len(text.split(None, 3)) >= 3)
