@@ -414,12 +414,13 @@ _LINK_CSS = "a[href], area[href], link[href], frame[src], iframe[src]"
 _HEAD_AND_LINK_CSS = "meta, title, html, base[href], " + _LINK_CSS
 _REFRESH_URL = re.compile(r"^\s*\d*(?:\.\d*)?\s*[;,]\s*(?:url\s*=\s*)?[\"']?([^\"']+)", re.IGNORECASE)
 _SKIP_SCHEMES = ("mailto:", "javascript:", "data:", "tel:")
+_HREF_WS = " \t\n\r\f"  # HTML's ASCII whitespace, stripped around an attribute's URL
 
 
 def _clean_href(raw: str | None) -> str | None:
     if raw is None:
         return None
-    href = raw.strip(" \t\n\r\f")
+    href = raw.strip(_HREF_WS)
     if not href or href.startswith("#"):
         return None
     if href[:11].lower().startswith(_SKIP_SCHEMES):
@@ -483,7 +484,16 @@ def _parse_html_deferred(url: str, payload: bytes, headers: Mapping[str, str],
     for node in tree.css(_HEAD_AND_LINK_CSS):
         tag = node.tag
         attrs = node.attributes
-        if tag == "meta":
+        if tag == "a" or tag == "area":  # most nodes: _clean_href inlined
+            href = attrs.get("href")
+            if href is not None:
+                href = href.strip(_HREF_WS)
+                if href and href[0] != "#" and not href[:11].lower().startswith(_SKIP_SCHEMES):
+                    hrefs.append(href)
+                    kinds.append(tag)
+                    rel = attrs.get("rel")
+                    nfs.append(rel is not None and "nofollow" in rel.lower().split())
+        elif tag == "meta":
             name = (attrs.get("name") or "").strip().lower()
             if name in ("robots", agent_l):
                 _apply_directives(attrs.get("content") or "", flags)
@@ -510,8 +520,6 @@ def _parse_html_deferred(url: str, payload: bytes, headers: Mapping[str, str],
                 add(attrs.get("href"), "link", "nofollow" in rel)
         elif tag in ("frame", "iframe"):
             add(attrs.get("src"), tag, False)
-        else:
-            add(attrs.get("href"), tag, "nofollow" in (attrs.get("rel") or "").lower().split())
     doc.meta_noindex, doc.meta_nofollow = flags
 
     if title is not None:
