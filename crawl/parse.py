@@ -56,6 +56,7 @@ from selectolax.lexbor import LexborHTMLParser
 
 from crawl.config import PARSER_SPEC_RE, PRODUCT_TOKEN
 from crawl.fingerprint import collapse_ws, fingerprints_many
+from crawl.gctune import relaxed_gc
 from crawl.records import FETCHED, LINK_SCHEMA, PAGE_SCHEMA, REDIRECT
 from crawl.url import WEB_SCHEMES, resolve_many
 from crawl.warc import iter_records
@@ -797,8 +798,16 @@ def parse_bodies(fetch_table: pa.Table, bodies: Iterable[Body], max_outlinks: in
     of all pages are resolved in one :func:`crawl.url.resolve_many` call after the pass
     (``_resolve_pages``), keeping URLs of ``schemes`` (the crawl's ``allowed_schemes``); text
     fingerprints are computed for all pages at once (:func:`crawl.fingerprint.fingerprints_many`);
-    redirect rows of ``fetch_table`` add a ``redirect`` link from URL to target.
+    redirect rows of ``fetch_table`` add a ``redirect`` link from URL to target. Runs with the GC's
+    young-generation threshold raised (:func:`crawl.gctune.relaxed_gc`: ~4 % of parse CPU in a worker
+    holding 300 k objects, bench/RESULTS.md "Parse CPU, session 4").
     """
+    with relaxed_gc():
+        return _parse_bodies(fetch_table, bodies, max_outlinks, schemes)
+
+
+def _parse_bodies(fetch_table: pa.Table, bodies: Iterable[Body], max_outlinks: int,
+                  schemes: tuple[str, ...]) -> tuple[pa.Table, pa.Table]:
     all_urls = fetch_table.column("url").to_pylist()
     cts = fetch_table.column("content_type").to_pylist()
     rows: list[int] = []

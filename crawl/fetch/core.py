@@ -47,8 +47,6 @@ time a queue with work left sat between its requests (delay, Crawl-delay, 429/50
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import gc
 import heapq
 import logging
 import random
@@ -56,7 +54,7 @@ import threading
 import time
 import zlib
 from collections import Counter, deque
-from collections.abc import Callable, Iterator, Mapping, MutableMapping
+from collections.abc import Callable, Mapping, MutableMapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -91,6 +89,7 @@ from crawl.fetch.robots import _fresh_robots, _RobotsFetch
 from crawl.fetch.scheduler import _GAP_MARGIN_S, _NO_SLOT, _Host, _Job, _origin, _Scheduling, _Slot
 from crawl.fetch.sitemaps import _SitemapFetch
 from crawl.fetch.warcwriter import _WarcOutput, _WarcWriter
+from crawl.gctune import relaxed_gc
 from crawl.net import (
     GuardedResolver,
     guarded_connector,
@@ -444,36 +443,6 @@ class _Fetcher(_Scheduling, _HttpCalls, _Outcomes, _RobotsFetch, _SitemapFetch, 
                 self._maybe_cut()
 
 
-# The cyclic GC's young-generation threshold while a fetch loop runs (CPython's default is 700).
-# Why: every request allocates a few dozen short-lived objects (aiohttp's request, response, timers,
-# our rows), so at 700 the collector ran ~350 young and ~30 middle collections per 5,000 pages, each
-# also scanning whatever a Dask worker holds, for ~0.1 ms CPU per page (bench/fetch_cpu_bench.py).
-# Garbage without cycles is freed by reference counting as before; cycles wait a little longer.
-GC_YOUNG_THRESHOLD = 20_000
-_gc_lock = threading.Lock()
-_gc_users = 0
-_gc_saved: tuple[int, int, int] | None = None
-
-
-@contextlib.contextmanager
-def _gc_relaxed() -> Iterator[None]:
-    """Raise the young-generation GC threshold for the duration (process-wide, so counted: with
-    several fetch tasks in one worker the first in saves the thresholds and the last out restores them)."""
-    global _gc_users, _gc_saved
-    with _gc_lock:
-        if _gc_users == 0:
-            _gc_saved = gc.get_threshold()
-            gc.set_threshold(max(_gc_saved[0], GC_YOUNG_THRESHOLD), *_gc_saved[1:])
-        _gc_users += 1
-    try:
-        yield
-    finally:
-        with _gc_lock:
-            _gc_users -= 1
-            if _gc_users == 0 and _gc_saved is not None:
-                gc.set_threshold(*_gc_saved)
-
-
 def event_loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
     """uvloop's event loop for the fetch loop when installed (None: asyncio's default loop).
 
@@ -546,7 +515,7 @@ def fetch_partition(
             f.abort_files()
 
         with f.writer:  # exits first: every queued record (and segment cut) is written
-            with _gc_relaxed(), asyncio.Runner(loop_factory=event_loop_factory()) as runner:
+            with relaxed_gc(), asyncio.Runner(loop_factory=event_loop_factory()) as runner:
                 runner.run(f.run())
             if f.stopped:
                 raise FetchStopped(f"fetch of {warc_prefix} stopped after {f.stats.get('requests', 0)} requests: "
