@@ -24,6 +24,21 @@ from crawl.errors import ClusterError
 #: Seconds to reach an external scheduler before the round fails naming its address.
 CONNECT_TIMEOUT_S = 30.0
 
+#: Dask settings of the embedded cluster's workers: fewer timer wake-ups of a worker's own. Why: with
+#: distributed's defaults an idle pair of workers burns 0.065 CPU s per s (the event-loop tick every
+#: 20 ms, the statistical profiler walking the task thread's stack every 10 ms under the GIL, the
+#: memory monitor every 100 ms, the system monitor every 500 ms), ~0.2 ms of worker CPU per page over
+#: a fetch+parse step; with these 0.007 (bench/RESULTS.md, "Worker CPU outside fetch and parse").
+#: What is given up: the dashboard's "Profile" page (use py-spy: bench/worker_cpu_profile.py), finer
+#: system-monitor graphs, and pause/spill reacting within 1 s instead of 0.1 s; the tick stays under
+#: distributed's 3 s "event loop unresponsive" limit. An external cluster keeps its operator's settings.
+EMBEDDED_WORKER_CONFIG: dict[str, Any] = {
+    "distributed.worker.profile.enabled": False,
+    "distributed.admin.tick.interval": "1s",
+    "distributed.worker.memory.monitor-interval": "1s",
+    "distributed.admin.system-monitor.interval": "2s",
+}
+
 # Operator allowlist of scheduler addresses a run (trigger form, POST /crawl/crawls) may choose, besides
 # the deployment's CRAWL_DASK_ADDRESS; comma or space separated. Set on the deployment, never by a run.
 DASK_ALLOWLIST_ENV = "RECRAWL_DASK_ADDRESSES"
@@ -64,6 +79,7 @@ def dask_client(cfg: CrawlConfig, announce: Callable[[str], None] | None = None)
     127.0.0.1:``dask_dashboard_port`` (0 = a free port) unless ``dask_dashboard`` is off; ``announce``
     gets its URL (``crawl run`` prints it). Distributed serves it only when bokeh is installed.
     """
+    import dask
     from distributed import Client, LocalCluster
 
     if cfg.dask_address:
@@ -86,21 +102,22 @@ def dask_client(cfg: CrawlConfig, announce: Callable[[str], None] | None = None)
     # Workers are processes (fetch and parse are CPU-heavy between awaits). Nanny processes are
     # spawned; when the parent is an ``airflow`` entry point, spawn would re-run it, so the Airflow
     # layer runs the engine in a plain ``python -m crawl`` subprocess (see dags/recrawl.py).
-    cluster = LocalCluster(
-        n_workers=cfg.dask_workers,
-        threads_per_worker=1,
-        processes=True,
-        # The scheduler runs an HTTP server (health, metrics) even without the dashboard, on 8787 by
-        # default: always give it our port (0 = a free one) and switch the dashboard itself on or off.
-        dashboard_address=f"127.0.0.1:{cfg.dask_dashboard_port if cfg.dask_dashboard else 0}",
-        scheduler_kwargs={"dashboard": cfg.dask_dashboard},
-        host="127.0.0.1",
-        silence_logs=40,
-        resources={"browser": 1},  # every embedded worker may run one render task (crawl.render)
-        # imports the task modules as each worker comes up and makes its exit skip the final GC
-        # (crawl.warmup: seconds before the first request and in the close, at a few thousand pages)
-        preload=["crawl.warmup"],
-    )
+    with dask.config.set(EMBEDDED_WORKER_CONFIG):  # each Nanny hands its config to its worker process
+        cluster = LocalCluster(
+            n_workers=cfg.dask_workers,
+            threads_per_worker=1,
+            processes=True,
+            # The scheduler runs an HTTP server (health, metrics) even without the dashboard, on 8787 by
+            # default: always give it our port (0 = a free one) and switch the dashboard itself on or off.
+            dashboard_address=f"127.0.0.1:{cfg.dask_dashboard_port if cfg.dask_dashboard else 0}",
+            scheduler_kwargs={"dashboard": cfg.dask_dashboard},
+            host="127.0.0.1",
+            silence_logs=40,
+            resources={"browser": 1},  # every embedded worker may run one render task (crawl.render)
+            # imports the task modules as each worker comes up and makes its exit skip the final GC
+            # (crawl.warmup: seconds before the first request and in the close, at a few thousand pages)
+            preload=["crawl.warmup"],
+        )
     client = Client(cluster)
     _announce(client, cfg, announce)
     try:
