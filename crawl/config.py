@@ -269,6 +269,7 @@ class CrawlConfig:
     # Partitions that may be rendered (render_auto, or a host in render_hosts) parse in a separate task,
     # after the render task.
     parse_in_fetch_max_bytes: int = 268_435_456
+    parse_overlap_docs: int = 256  # parse in the fetch task: held documents parsed on a side thread during the fetch, this many a chunk; 0 = after the fetch
 
     # per-request limits
     connect_timeout_s: float = 5.0
@@ -355,7 +356,7 @@ _NON_NEGATIVE = {
     "max_crawl_delay_s", "backoff_base_s", "backoff_cap_s", "robots_ttl_s",
     "max_redirects", "max_path_repeats", "simhash_max_distance", "dask_dashboard_port",
     "render_max_requests", "render_min_words", "fetch_checkpoint_every", "fetch_checkpoint_s",
-    "parse_in_fetch_max_bytes",
+    "parse_in_fetch_max_bytes", "parse_overlap_docs",
 }
 # Playwright's request resource types (render_resource_types may name these)
 RENDER_RESOURCE_TYPES = frozenset({"document", "stylesheet", "image", "media", "font", "script", "texttrack",

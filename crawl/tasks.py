@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -32,6 +32,9 @@ from crawl.records import (
     SITEMAP_SCHEMA,
 )
 from crawl.store import Store
+
+if TYPE_CHECKING:
+    from crawl.parse_ahead import Chunk
 
 # Fetch rows of crawler-control files (robots.txt, sitemaps): fetched like pages, but not documents
 # to parse, index or enter the CrawlDb as pages.
@@ -144,19 +147,42 @@ def fetch_task(cfg: CrawlConfig, round_no: int, part: int, now: datetime, token:
     if cfg.fetch_checkpoint_every or cfg.fetch_checkpoint_s:
         checkpoints = PartitionCheckpoints(store, round_no, part, fetchlist_key(fetchlist))
         resume = checkpoints.load(warc_prefix)
-    out = fetch_partition(
-        cfg,
-        fetchlist,
-        root=cfg.root,
-        warc_prefix=warc_prefix,
-        now=now,
-        known_digests=load_known_digests(store, round_no - 1, fetchlist.column("prev_digest")),
-        robots_cache=load_robots_cache(store, round_no - 1),
-        should_continue=go_on,
-        checkpoint=checkpoints.save if checkpoints is not None else None,
-        resume=resume,
-        hold_bytes=cfg.parse_in_fetch_max_bytes if parse else 0,
-    )
+    ahead = None
+    if parse and cfg.parse_overlap_docs > 0 and cfg.parse_in_fetch_max_bytes > 0:  # parse the held bodies as they come
+        from crawl.media import MediaLimits
+        from crawl.parse import install_parsers
+        from crawl.parse_ahead import ParseAhead
+
+        install_parsers(cfg.parsers)
+        ahead = ParseAhead(cfg.parse_overlap_docs, cfg.max_outlinks_per_page, cfg.allowed_schemes,
+                           MediaLimits.from_config(cfg))
+    try:
+        out = fetch_partition(
+            cfg,
+            fetchlist,
+            root=cfg.root,
+            warc_prefix=warc_prefix,
+            now=now,
+            known_digests=load_known_digests(store, round_no - 1, fetchlist.column("prev_digest")),
+            robots_cache=load_robots_cache(store, round_no - 1),
+            should_continue=go_on,
+            checkpoint=checkpoints.save if checkpoints is not None else None,
+            resume=resume,
+            hold_bytes=cfg.parse_in_fetch_max_bytes if parse else 0,
+            on_hold=ahead.feed if ahead is not None else None,
+        )
+    finally:
+        if ahead is not None:
+            waited = time.perf_counter()
+            ahead.finish()
+            waited = time.perf_counter() - waited
+    chunks = None
+    if ahead is not None:
+        first = resume.fetches.num_rows if resume is not None else 0  # attempt rows -> the partition's rows
+        chunks = [(c, [first + r for r in c.rows]) for c in ahead.chunks]
+        out.stats["parse_ahead"] = sum(len(c.rows) for c in ahead.chunks)
+        out.stats["parse_ahead_s"] = round(ahead.busy_s, 3)  # the side thread's CPU
+        out.stats["parse_ahead_wait_s"] = round(waited, 3)  # its backlog, parsed after the fetch ended
     # the rows name each WARC file by the path it will have once the round is published
     staging = store.staged(round_no, "")
     fetches = out.fetches.set_column(
@@ -178,7 +204,7 @@ def fetch_task(cfg: CrawlConfig, round_no: int, part: int, now: datetime, token:
     if checkpoints is not None:  # the partition's rows are in its fetched file now
         checkpoints.remove()
     if parse:  # after the fetch marker: a crash from here on leaves a fetched partition to parse_task
-        _parse_and_mark(cfg, store, round_no, part, fetches, out.bodies)
+        _parse_and_mark(cfg, store, round_no, part, fetches, out.bodies, chunks)
     return stats
 
 
@@ -268,14 +294,17 @@ def parse_task(cfg: CrawlConfig, round_no: int, part: int, fetch_stats: dict[str
 
 
 def _parse_and_mark(cfg: CrawlConfig, store: Store, round_no: int, part: int, fetched: pa.Table,
-                    held: dict[int, tuple[list[tuple[str, str]], bytes]] | None = None) -> dict[str, Any]:
+                    held: dict[int, tuple[list[tuple[str, str]], bytes]] | None = None,
+                    chunks: list[tuple[Chunk, list[int]]] | None = None) -> dict[str, Any]:
     """Parse the documents of a partition's fetch rows (``fetched``: as in its fetched file), write
     pages + raw links and the partition's text and images files (:func:`crawl.index.write_part_texts`),
     then the parsed marker. ``held``: bodies in memory by row of ``fetched``
-    (:attr:`crawl.fetch.FetchOutput.bodies`); the others are read back from the WARC files."""
+    (:attr:`crawl.fetch.FetchOutput.bodies`); the others are read back from the WARC files.
+    ``chunks``: documents parsed during the fetch (:mod:`crawl.parse_ahead`), each with its rows of
+    ``fetched``; used when they are the first documents in parse order (:func:`_parse_with_chunks`)."""
     from crawl.index import write_part_texts
     from crawl.media import MediaLimits, media_limits
-    from crawl.parse import held_bodies, install_parsers, parse_bodies
+    from crawl.parse import install_parsers
 
     install_parsers(cfg.parsers)  # plugins: recrawl.parsers entry points, then the config's list
     # pages and their diagnostics (redirect rows give redirect links); robots.txt and sitemap files
@@ -287,25 +316,84 @@ def _parse_and_mark(cfg: CrawlConfig, store: Store, round_no: int, part: int, fe
         from crawl.render import RENDER_SCHEMA, apply_rendered
 
         documents = apply_rendered(documents, store.read_table(rendered_rel, RENDER_SCHEMA))
-        held = None  # a rendered page's body is its DOM, in the rendered WARC file
+        held = chunks = None  # a rendered page's body is its DOM, in the rendered WARC file
     by_doc_row: dict[int, tuple[list[tuple[str, str]], bytes]] = {}
+    doc_chunks: list[tuple[Chunk, list[int]]] = []
     if held:  # rows of `fetched` -> rows of `documents`
         kept = np.flatnonzero(pc.fill_null(is_document, False).to_numpy(zero_copy_only=False))
         by_doc_row = {d: held[int(f)] for d, f in enumerate(kept) if int(f) in held}
+        to_doc = {int(f): d for d, f in enumerate(kept)}
+        for c, rows in chunks or ():  # a revisit's body was parsed too (told on the writer thread): dropped
+            keep = np.array([r in to_doc and to_doc[r] in by_doc_row for r in rows], bool)
+            if keep.any():
+                doc_chunks.append((_keep_pages(c, keep), [to_doc[r] for r, k in zip(rows, keep, strict=True) if k]))
     # before publish the WARC files are still in the round's staging folder
     documents = documents.set_column(
         documents.schema.get_field_index("warc_filename"), "warc_filename",
         pc.binary_join_element_wise(store.staged(round_no, ""), documents.column("warc_filename"), ""))
     with media_limits(MediaLimits.from_config(cfg)):
-        pages, links = parse_bodies(documents, held_bodies(cfg.root, documents, by_doc_row),
-                                    cfg.max_outlinks_per_page, cfg.allowed_schemes)
+        pages, links, n_ahead = _parse_with_chunks(cfg, documents, by_doc_row, doc_chunks)
     pages = pages.cast(PAGE_SCHEMA)
     store.write_table(store.part_file(round_no, "pages", part), pages)
     store.write_table(store.part_file(round_no, "rawlinks", part), links.cast(LINK_SCHEMA))
     write_part_texts(store, round_no, part, fetched, pages)  # here, in parallel, not in update's driver
-    stats = {"part": part, "pages": pages.num_rows, "links": links.num_rows, "bodies_from_memory": len(by_doc_row)}
+    stats = {"part": part, "pages": pages.num_rows, "links": links.num_rows, "bodies_from_memory": len(by_doc_row),
+             "parsed_ahead": n_ahead}
     store.mark_done(round_no, "parsed", part, stats)
     return stats
+
+
+def _keep_pages(c: Chunk, keep: np.ndarray) -> Chunk:
+    """The chunk without the pages ``keep`` drops, nor their links (a page's links are contiguous, in
+    page order, ``outlink_count`` of them)."""
+    if keep.all():
+        return c
+    from crawl.parse_ahead import Chunk
+
+    counts = c.pages.column("outlink_count").to_numpy(zero_copy_only=False)
+    return Chunk([r for r, k in zip(c.rows, keep, strict=True) if k], [u for u, k in zip(c.urls, keep, strict=True) if k],
+                 [t for t, k in zip(c.cts, keep, strict=True) if k], c.pages.filter(pa.array(keep)),
+                 c.links.filter(pa.array(np.repeat(keep, counts))))
+
+
+def _parse_with_chunks(cfg: CrawlConfig, documents: pa.Table,
+                       held: dict[int, tuple[list[tuple[str, str]], bytes]],
+                       chunks: list[tuple[Chunk, list[int]]]) -> tuple[pa.Table, pa.Table, int]:
+    """``parse_bodies`` of ``documents``, taking the tables of ``chunks`` (rows of ``documents``) for
+    the documents they parsed: used only when those are, in order, the first bodies
+    :func:`crawl.parse.held_bodies` gives, under the same URL and content type (each page's rows
+    depend on that page alone, so the concatenation is the whole parse's tables); otherwise every
+    document is parsed here, as without chunks. Returns (pages, links, documents taken from chunks)."""
+    from crawl.parse import held_bodies, parse_bodies
+
+    bodies = held_bodies(cfg.root, documents, held)
+    ahead = [r for _, rows in chunks for r in rows]
+    usable = bool(ahead)
+    if usable:
+        take = pa.array(np.asarray(ahead, np.int64))
+        usable = (documents.column("url").take(take).to_pylist() == [u for c, _ in chunks for u in c.urls]
+                  and documents.column("content_type").take(take).to_pylist() == [t for c, _ in chunks for t in c.cts])
+    if usable:
+        for r in ahead:  # held rows (no WARC read) while they match
+            b = next(bodies, None)
+            if b is None or b[0] != r:
+                usable = False
+                break
+    if not usable:
+        return (*parse_bodies(documents, held_bodies(cfg.root, documents, held), cfg.max_outlinks_per_page,
+                              cfg.allowed_schemes), 0)
+    rest_pages, rest_links = parse_bodies(documents, bodies, cfg.max_outlinks_per_page, cfg.allowed_schemes)
+    parts = []
+    for c, rows in chunks:  # URL and hash from the fetch rows, as parse_bodies takes them
+        ids = documents.select(["url", "url_hash"]).take(pa.array(np.asarray(rows, np.int64)))
+        p = c.pages
+        for name in ("url", "url_hash"):
+            p = p.set_column(p.schema.get_field_index(name), p.schema.field(name),
+                             ids.column(name).cast(p.schema.field(name).type))
+        parts.append(p)
+    pages = pa.concat_tables([*parts, rest_pages.cast(parts[0].schema)]).combine_chunks()
+    links = pa.concat_tables([*(c.links for c, _ in chunks), rest_links.cast(chunks[0][0].links.schema)])
+    return pages, links.combine_chunks(), len(ahead)
 
 
 def count_status(fetches: pa.Table) -> dict[str, int]:

@@ -127,12 +127,15 @@ def _outputs(store: Store) -> tuple[pa.Table, pa.Table]:
             store.read_table(store.part_file(1, "rawlinks", 0), LINK_SCHEMA))
 
 
+@pytest.mark.parametrize("overlap", [40, 0], ids=["parse-ahead", "parse-after"])
 @pytest.mark.parametrize("budget", [256 << 20, 120_000], ids=["all-in-memory", "over-budget"])
-def test_fetch_task_parse_equals_the_separate_parse_task(simweb, tmp_path: Path, budget: int) -> None:
+def test_fetch_task_parse_equals_the_separate_parse_task(simweb, tmp_path: Path, budget: int, overlap: int) -> None:
     """One partition parsed in the fetch task, then parsed again by parse_task from the WARC files
     (its marker removed): equal pages and rawlinks tables. Over a small budget, the bodies past it are
-    read back, with the same result."""
-    cfg = _cfg(simweb, tmp_path, politeness_delay_s=0.0, crawl_id="pf", parse_in_fetch_max_bytes=budget)
+    read back, with the same result. With ``parse_overlap_docs`` the held documents are parsed on a
+    side thread while the fetch goes on (crawl.parse_ahead), 40 a chunk: several chunks, then the rest."""
+    cfg = _cfg(simweb, tmp_path, politeness_delay_s=0.0, crawl_id="pf", parse_in_fetch_max_bytes=budget,
+               parse_overlap_docs=overlap)
     store = _seed_partition(cfg, _urls(simweb))
     both = fetch_parse_task(cfg, 1, 0, datetime.now(UTC))
     assert store.is_done(1, "fetched", 0) and store.is_done(1, "parsed", 0)
@@ -143,6 +146,7 @@ def test_fetch_task_parse_equals_the_separate_parse_task(simweb, tmp_path: Path,
         assert in_memory == pages.num_rows
     else:
         assert 0 < in_memory < pages.num_rows
+    assert both["parse"]["parsed_ahead"] == (in_memory if overlap else 0)
     assert fetch_parse_task(cfg, 1, 0, datetime.now(UTC)) == both  # a rerun: both markers, nothing redone
 
     store.remove(store.part_file(1, "parsed", 0, "done"))

@@ -178,6 +178,8 @@ class _Fetcher(_Scheduling, _HttpCalls, _Outcomes, _RobotsFetch, _SitemapFetch, 
         # the first that does not fit in what is left of the budget (the rest are read back)
         self.held: dict[int, tuple[list[tuple[str, str]], bytes]] = {}
         self.hold_left = 0
+        # called with (row, url, content type, headers, payload) of each held document (fetch_partition's on_hold)
+        self.on_hold: Callable[[int, str, str | None, list[tuple[str, str]], bytes], None] | None = None
 
     # -- may we go on? (lease fencing / scheduler connection, see crawl.tasks.may_continue) -----
     def _watch(self, loop: asyncio.AbstractEventLoop, done: threading.Event) -> None:
@@ -470,6 +472,7 @@ def fetch_partition(
     checkpoint: Callable[[Segment], None] | None = None,
     resume: Resume | None = None,
     hold_bytes: int = 0,
+    on_hold: Callable[[int, str, str | None, list[tuple[str, str]], bytes], None] | None = None,
 ) -> FetchOutput:
     """Fetch one fetch-list partition politely; write its WARC files under ``root``; return rows.
 
@@ -500,13 +503,17 @@ def fetch_partition(
 
     ``hold_bytes`` > 0: keep the bodies of fetched pages in memory, up to that many bytes in all, and
     return those of the stored documents (not revisits) in ``bodies``, so the caller can parse them
-    without reading the WARC files back (:func:`crawl.parse.held_bodies`).
+    without reading the WARC files back (:func:`crawl.parse.held_bodies`). ``on_hold`` is called (on
+    the event loop) with each held document's row of this attempt (before ``resume``'s rows are put
+    first), URL, content type, headers and payload, so it can be parsed while the fetch goes on
+    (:class:`crawl.parse_ahead.ParseAhead`).
     """
     f = _Fetcher(cfg, root, warc_prefix, now, known_digests,
                  cfg.round_duration_s if deadline_s is None else deadline_s,
                  checkpoint, resume.next_segment if resume is not None else 0)
     f.should_continue = should_continue
     f.hold_left = max(0, hold_bytes)
+    f.on_hold = on_hold
     f.load(fetchlist, robots_cache, resume)
     started = time.monotonic()
     try:

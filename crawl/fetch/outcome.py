@@ -156,11 +156,11 @@ class _Outcomes:
         cols = self._store(SUBSET_WARC, job.url, t, r, dedup=True)
         self.stats["bytes"] += len(r.body)
         if self.hold_left:
-            self._hold(job.url, r)
+            self._hold(job.url, r, base["content_type"])
         self.rows.append(_row(job, h.host, t, R.FETCHED, subset=SUBSET_WARC, content_length=len(r.body),
                               truncated=r.truncated, **base, **cols))
 
-    def _hold(self, url: str, r: _Response) -> None:
+    def _hold(self, url: str, r: _Response, ct: str | None = None) -> None:
         """Keep the body of the row about to be appended for the task's parse, with the headers its
         WARC record gives back (FTP ``resource`` records have none); once a body does not fit in the
         budget, keep no more. A record whose headers may not round-trip verbatim is not kept."""
@@ -175,6 +175,8 @@ class _Outcomes:
             return
         self.held[len(self.rows)] = (headers, r.body)
         self.hold_left -= size
+        if self.on_hold is not None:  # a revisit is told only on the writer thread: dropped at the end
+            self.on_hold(len(self.rows), url, ct, headers, r.body)
 
     def _redirect(self, h: _Host, job: _Job, t: datetime, r: _Response, base: dict[str, Any]) -> None:
         target = U.resolve(r.location, job.url, self.schemes) if r.location else None
