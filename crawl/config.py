@@ -269,7 +269,7 @@ class CrawlConfig:
     # Partitions that may be rendered (render_auto, or a host in render_hosts) parse in a separate task,
     # after the render task.
     parse_in_fetch_max_bytes: int = 268_435_456
-    parse_overlap_docs: int = 256  # parse in the fetch task: held documents parsed on a side thread during the fetch, this many a chunk; 0 = after the fetch
+    parse_overlap_docs: int = 0  # parse in the fetch task: held documents parsed on a side thread during the fetch, this many a chunk (256 measured); 0 = after the fetch (default: on 2 busy cores it cost CPU and won nothing, bench/RESULTS.md)
 
     # per-request limits
     connect_timeout_s: float = 5.0
