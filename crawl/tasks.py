@@ -322,7 +322,7 @@ def _parse_and_mark(cfg: CrawlConfig, store: Store, round_no: int, part: int, fe
     if held:  # rows of `fetched` -> rows of `documents`
         kept = np.flatnonzero(pc.fill_null(is_document, False).to_numpy(zero_copy_only=False))
         by_doc_row = {d: held[int(f)] for d, f in enumerate(kept) if int(f) in held}
-        to_doc = {int(f): d for d, f in enumerate(kept)}
+        to_doc = {int(f): d for d, f in enumerate(kept)} if chunks else {}
         for c, rows in chunks or ():  # a revisit's body was parsed too (told on the writer thread): dropped
             keep = np.array([r in to_doc and to_doc[r] in by_doc_row for r in rows], bool)
             if keep.any():
@@ -366,22 +366,22 @@ def _parse_with_chunks(cfg: CrawlConfig, documents: pa.Table,
     document is parsed here, as without chunks. Returns (pages, links, documents taken from chunks)."""
     from crawl.parse import held_bodies, parse_bodies
 
-    bodies = held_bodies(cfg.root, documents, held)
     ahead = [r for _, rows in chunks for r in rows]
     usable = bool(ahead)
     if usable:
         take = pa.array(np.asarray(ahead, np.int64))
         usable = (documents.column("url").take(take).to_pylist() == [u for c, _ in chunks for u in c.urls]
                   and documents.column("content_type").take(take).to_pylist() == [t for c, _ in chunks for t in c.cts])
+    bodies = held_bodies(cfg.root, documents, held)
     if usable:
         for r in ahead:  # held rows (no WARC read) while they match
             b = next(bodies, None)
             if b is None or b[0] != r:
                 usable = False
                 break
-    if not usable:
-        return (*parse_bodies(documents, held_bodies(cfg.root, documents, held), cfg.max_outlinks_per_page,
-                              cfg.allowed_schemes), 0)
+    if not usable:  # no chunks (the default), or not the first documents: the whole partition here
+        return (*parse_bodies(documents, held_bodies(cfg.root, documents, held) if ahead else bodies,
+                              cfg.max_outlinks_per_page, cfg.allowed_schemes), 0)
     rest_pages, rest_links = parse_bodies(documents, bodies, cfg.max_outlinks_per_page, cfg.allowed_schemes)
     parts = []
     for c, rows in chunks:  # URL and hash from the fetch rows, as parse_bodies takes them
