@@ -189,6 +189,8 @@ def main() -> None:
     ap.add_argument("--pages", type=int, default=3000)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--known", type=int, default=1_000_000, help="known URLs of the fixed-cost round's crawl")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="config override for the measured round and its cluster (repeatable), e.g. dask_workers=3")
     ap.add_argument("--fixed-only", action="store_true",
                     help="only the fixed-cost round (no ceilings, no full round): RESULT fixed_round_s=…")
     args = ap.parse_args()
@@ -221,6 +223,7 @@ def main() -> None:
             "root": str(work / "root"), "crawl_id": "bench", "resolve": [f"*.sim.test=127.0.0.1:{port}"],
             "politeness_delay_s": 0.0, "max_pages": len(urls), "partitions": 4, "round_duration_s": 3600.0,
             "max_pages_per_host_per_round": 100_000, "coverage_share": 1.0,
+            **dict(kv.split("=", 1) for kv in args.set),
         }, use_env=False)
         fl = bench_fetchlist(urls)
         t0, c0 = time.perf_counter(), time.process_time()
