@@ -263,13 +263,23 @@ def test_sitemaps_lastmod_tracks_truth(simweb) -> None:
         flavours = {(h.sitemap, h.lastmod): h for h in m.hosts if h.sitemap != "none"}
         assert {("single", "true"), ("index", "true"), ("single", "now"), ("single", "absent")} <= set(flavours)
         h = flavours[("single", "true")]
-        xml = simweb.request(h.base + "/sitemap.xml")[2].decode()
-        entries = re.findall(r"<loc>(.*?)</loc><lastmod>(.*?)</lastmod>", xml)
-        assert len(entries) == h.count
-        for loc, lastmod in entries:
-            loc = loc.replace("&amp;", "&")
-            assert lastmod == truth[loc].strftime("%Y-%m-%dT%H:%M:%SZ"), loc
-        assert any(not lm.startswith("2026-01-01T00:00:00") for _, lm in entries)
+        seen = []
+        # the server answers sitemaps from its per-page version cache: it must follow the clock both ways
+        for at in (t, t + 200 * 86400, t - 110 * 86400):
+            if at != t:
+                simweb.set_clock(at)
+                truth = {r["url"]: r["last_change_time"] for r in
+                         simweb.truth(at=at).select(["url", "last_change_time"]).to_pylist()}
+            xml = simweb.request(h.base + "/sitemap.xml")[2].decode()
+            entries = re.findall(r"<loc>(.*?)</loc><lastmod>(.*?)</lastmod>", xml)
+            assert len(entries) == h.count
+            for loc, lastmod in entries:
+                loc = loc.replace("&amp;", "&")
+                assert lastmod == truth[loc].strftime("%Y-%m-%dT%H:%M:%SZ"), (at, loc)
+            seen.append(tuple(entries))
+        assert any(not lm.startswith("2026-01-01T00:00:00") for _, lm in seen[0])
+        assert len(set(seen)) == 3  # pages changed between the three times
+        simweb.set_clock(t)
         idx = flavours[("index", "true")]
         xml = simweb.request(idx.base + "/sitemap.xml")[2].decode()
         assert "<sitemapindex" in xml
