@@ -16,8 +16,9 @@ runs the current tree once in this process under cProfile and prints the top fun
     python bench/fetch_cpu_bench.py --hosts 300 --pages 5000 --reps 3 --baseline-rev main
     python bench/fetch_cpu_bench.py --hosts 300 --pages 5000 --profile /tmp/fetch.prof
 
-Ends with ``RESULT fetch_cpu_ms_per_page=… baseline=… ratio=…`` (ratio = baseline / current, medians;
-> 1 means the current tree spends less CPU per page).
+Ends with ``RESULT fetch_cpu_ms_per_page=… baseline=… ratio=… loop_ms_per_page=…`` (ratio = baseline / current,
+medians; > 1 means the current tree spends less CPU per page; ``loop_…``: the event loop thread alone,
+``time.thread_time``). ``--hold`` calls it as the fetch+parse task does (bodies held for the parse).
 """
 
 from __future__ import annotations
@@ -51,9 +52,12 @@ def fetch_config(work: Path, port: int, pages: int):  # noqa: ANN201 - CrawlConf
     }, use_env=False)
 
 
-def run_once(fetchlist_path: Path, port: int, work: Path, prefix: str, checkpoint_every: int = 0) -> dict:
+def run_once(fetchlist_path: Path, port: int, work: Path, prefix: str, checkpoint_every: int = 0,
+             hold: bool = False) -> dict:
     """One fetch_partition over the stored fetch list: CPU and wall seconds, pages fetched.
-    ``checkpoint_every`` > 0: checkpointed every that many rows, as a round's fetch task is."""
+    ``checkpoint_every`` > 0: checkpointed every that many rows, as a round's fetch task is;
+    ``hold``: bodies kept for the task's parse (``hold_bytes``) and a stop check, as the fetch+parse
+    task calls it. ``loop_cpu_s`` is the calling thread's CPU (the event loop's thread)."""
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
@@ -69,17 +73,20 @@ def run_once(fetchlist_path: Path, port: int, work: Path, prefix: str, checkpoin
         cfg = cfg.replace(fetch_checkpoint_every=checkpoint_every)
         kw["checkpoint"] = PartitionCheckpoints(Store(str(work / "out"), "bench"), 1, 0,
                                                 fetchlist_key(fl) + prefix).save
-    t0, c0 = time.perf_counter(), time.process_time()
+    if hold:
+        kw["hold_bytes"] = cfg.parse_in_fetch_max_bytes
+        kw["should_continue"] = lambda: True
+    t0, c0, l0 = time.perf_counter(), time.process_time(), time.thread_time()
     out = fetch_partition(cfg, fl, root=str(work / "out"), warc_prefix=prefix, now=datetime.now(UTC), **kw)
-    cpu, wall = time.process_time() - c0, time.perf_counter() - t0
+    cpu, wall, loop_cpu = time.process_time() - c0, time.perf_counter() - t0, time.thread_time() - l0
     pages = out.fetches.filter(pc.equal(out.fetches.column("subset"), "warc"))
     fetched = int(pc.sum(pc.equal(pages.column("status"), "fetched")).as_py() or 0)
-    return {"cpu_s": cpu, "wall_s": wall, "fetched": fetched, "rows": out.fetches.num_rows,
+    return {"cpu_s": cpu, "loop_cpu_s": loop_cpu, "wall_s": wall, "fetched": fetched, "rows": out.fetches.num_rows,
             "requests": out.stats.get("requests", 0), "robots": out.stats.get("robots_requests", 0)}
 
 
 def child(args: argparse.Namespace) -> None:
-    r = run_once(Path(args.fetchlist), args.port, Path(args.work), args.prefix, args.checkpoint_every)
+    r = run_once(Path(args.fetchlist), args.port, Path(args.work), args.prefix, args.checkpoint_every, args.hold)
     print("CHILD " + json.dumps(r), flush=True)
 
 
@@ -91,11 +98,12 @@ def tree_at(rev: str, dest: Path) -> Path:
     return dest
 
 
-def spawn(tree: Path, fetchlist: Path, port: int, work: Path, prefix: str, checkpoint_every: int) -> dict:
+def spawn(tree: Path, fetchlist: Path, port: int, work: Path, prefix: str, checkpoint_every: int,
+          hold: bool = False) -> dict:
     env = {**os.environ, "FETCH_CPU_TREE": str(tree), "PYTHONPATH": str(tree)}
     p = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--child", "--fetchlist", str(fetchlist),
                         "--port", str(port), "--work", str(work), "--prefix", prefix,
-                        "--checkpoint-every", str(checkpoint_every)],
+                        "--checkpoint-every", str(checkpoint_every)] + (["--hold"] if hold else []),
                        env=env, capture_output=True, text=True, timeout=900)
     for line in p.stdout.splitlines():
         if line.startswith("CHILD "):
@@ -117,11 +125,13 @@ def main() -> None:
     ap.add_argument("--pages", type=int, default=5000)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--reps", type=int, default=3, help="runs per side (alternated with --baseline-rev)")
-    ap.add_argument("--baseline-rev", default="", help="also run crawl/ of this git revision, alternated")
+    ap.add_argument("--baseline-rev", default="", help="also run crawl/ of this git revision (or of this directory), alternated")
     ap.add_argument("--profile", default="", help="run once in-process under cProfile, save stats here")
     ap.add_argument("--once", action="store_true", help="run the current tree once in-process (for py-spy)")
     ap.add_argument("--checkpoint-every", type=int, default=0,
                     help="checkpoint every N rows, as a round's fetch task (default 0: as crawl_bench's fetch-only call)")
+    ap.add_argument("--hold", action="store_true",
+                    help="keep bodies for the parse (hold_bytes) with a stop check, as the fetch+parse task")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--fetchlist", default="", help=argparse.SUPPRESS)
     ap.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
@@ -156,7 +166,7 @@ def main() -> None:
 
             prof = cProfile.Profile()
             prof.enable()
-            r = run_once(fl_path, port, work / "prof", "warc/prof", args.checkpoint_every)
+            r = run_once(fl_path, port, work / "prof", "warc/prof", args.checkpoint_every, args.hold)
             prof.disable()
             prof.dump_stats(args.profile)
             print(f"profiled run: {r['fetched']} pages, {1000 * r['cpu_s'] / max(r['fetched'], 1):.2f} ms CPU/page "
@@ -164,21 +174,28 @@ def main() -> None:
             pstats.Stats(prof).sort_stats("tottime").print_stats(35)
             return
         if args.once:
-            r = run_once(fl_path, port, work / "once", "warc/once", args.checkpoint_every)
-            print(f"one run: {r['fetched']} pages, {1000 * r['cpu_s'] / max(r['fetched'], 1):.3f} ms CPU/page")
+            r = run_once(fl_path, port, work / "once", "warc/once", args.checkpoint_every, args.hold)
+            print(f"one run: {r['fetched']} pages, {1000 * r['cpu_s'] / max(r['fetched'], 1):.3f} ms CPU/page, "
+                  f"loop thread {1000 * r['loop_cpu_s'] / max(r['fetched'], 1):.3f}")
             return
         sides = [("current", REPO)]
         if args.baseline_rev:
-            sides.insert(0, ("baseline", tree_at(args.baseline_rev, work / "baseline-tree")))
+            base_tree = Path(args.baseline_rev)  # a directory holding crawl/ (a snapshot), else a git revision
+            sides.insert(0, ("baseline", base_tree if (base_tree / "crawl").is_dir()
+                             else tree_at(args.baseline_rev, work / "baseline-tree")))
         cpu: dict[str, list[float]] = {name: [] for name, _ in sides}
+        loop: dict[str, list[float]] = {name: [] for name, _ in sides}
         rate: dict[str, list[float]] = {name: [] for name, _ in sides}
         for rep in range(args.reps):
             for name, tree in (sides if rep % 2 == 0 else sides[::-1]):
-                r = spawn(tree, fl_path, port, work / f"{name}{rep}", f"warc/{name}{rep}", args.checkpoint_every)
+                r = spawn(tree, fl_path, port, work / f"{name}{rep}", f"warc/{name}{rep}", args.checkpoint_every,
+                          args.hold)
                 ms = 1000 * r["cpu_s"] / max(r["fetched"], 1)
+                lms = 1000 * r.get("loop_cpu_s", 0.0) / max(r["fetched"], 1)
                 cpu[name].append(ms)
+                loop[name].append(lms)
                 rate[name].append(r["fetched"] / r["wall_s"])
-                print(f"rep {rep} {name:8s}: {r['fetched']} pages, {ms:.3f} ms CPU/page, "
+                print(f"rep {rep} {name:8s}: {r['fetched']} pages, {ms:.3f} ms CPU/page (loop thread {lms:.3f}), "
                       f"{r['fetched'] / r['wall_s']:.0f} pages/s", flush=True)
                 shutil.rmtree(work / f"{name}{rep}", ignore_errors=True)
         cur = statistics.median(cpu["current"])
@@ -186,6 +203,11 @@ def main() -> None:
         if args.baseline_rev:
             base = statistics.median(cpu["baseline"])
             line += f" baseline={base:.3f} ratio={base / cur:.2f}"
+        lcur = statistics.median(loop["current"])
+        line += f" loop_ms_per_page={lcur:.3f}"
+        if args.baseline_rev:
+            lbase = statistics.median(loop["baseline"])
+            line += f" loop_baseline={lbase:.3f} loop_ratio={lbase / lcur:.2f}"
             print(f"pages/s median: current {statistics.median(rate['current']):.0f}, "
                   f"baseline {statistics.median(rate['baseline']):.0f} ({args.baseline_rev})")
         print(line + f" load={load0:.1f}-{os.getloadavg()[0]:.1f}")

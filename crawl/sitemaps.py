@@ -104,12 +104,22 @@ def parse_sitemap(body: bytes, base_url: str, max_entries: int = MAX_ENTRIES,
     entries: list[Entry] = []
     children: list[str] = []
     item_tag = "sitemap" if kind == "sitemapindex" else "url"
+    # tag -> local name: a file repeats a handful of tags, so each is split and lowered once
+    # (per element that was most of the parse's Python time)
+    names: dict[object, str] = {}
     for item in root.iter():
-        if _local(item.tag) != item_tag:
+        tag = item.tag
+        name = names.get(tag)
+        if name is None:
+            name = names[tag] = _local(tag)
+        if name != item_tag:
             continue
         fields: dict[str, str] = {}
         for child in item:
-            name = _local(child.tag)
+            tag = child.tag
+            name = names.get(tag)
+            if name is None:
+                name = names[tag] = _local(tag)
             if name in ("loc", "lastmod", "changefreq") and child.text:
                 fields[name] = child.text.strip()
         loc = fields.get("loc", "")

@@ -308,7 +308,9 @@ class _Fetcher(_Scheduling, _HttpCalls, _Outcomes, _RobotsFetch, _SitemapFetch, 
             limit=cfg.max_concurrent_hosts * cfg.max_in_flight_per_host,
             limit_per_host=cfg.max_in_flight_per_host,
         )
-        self.timeout = aiohttp.ClientTimeout(total=None, sock_connect=cfg.connect_timeout_s,
+        # total bounds a whole request, body included (aiohttp's own per-request timer; its
+        # ceil_threshold rounds a total of 5 s or more up to the loop clock's next whole second)
+        self.timeout = aiohttp.ClientTimeout(total=cfg.total_timeout_s, sock_connect=cfg.connect_timeout_s,
                                              connect=cfg.connect_timeout_s, sock_read=cfg.read_timeout_s)
         self.build_slots(await self._politeness_keys())
         done = threading.Event()
@@ -316,7 +318,7 @@ class _Fetcher(_Scheduling, _HttpCalls, _Outcomes, _RobotsFetch, _SitemapFetch, 
             threading.Thread(target=self._watch, args=(asyncio.get_running_loop(), done),
                              name="fetch-watch", daemon=True).start()
         async with aiohttp.ClientSession(
-            connector=connector, auto_decompress=True, trace_configs=traces,
+            connector=connector, auto_decompress=True, trace_configs=traces, timeout=self.timeout,
             headers={"User-Agent": cfg.user_agent}, cookie_jar=aiohttp.DummyCookieJar(),
             max_field_size=16_384, read_bufsize=_CHUNK,
         ) as self.session:

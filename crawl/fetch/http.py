@@ -6,10 +6,8 @@ concern; what the answer means is :mod:`crawl.fetch.outcome`'s.
 
 from __future__ import annotations
 
-import asyncio
 import zlib
 from dataclasses import dataclass
-from typing import Any
 
 import aiohttp
 
@@ -62,52 +60,60 @@ class _HttpCalls:
         if self.stopped:  # redirect hops and robots/sitemap follow-ups too
             raise FetchStopped("fetch stopped")
         s = slot or h.slot
-        body = bytearray()
+        parts: list[bytes] = []
         truncated: str | None = None
-        resp: aiohttp.ClientResponse | None = None
-        meta: dict[str, Any] = {}
+        status: int | None = None
         started = self.mono()
+        # the whole request (connect, headers, body) is bounded by the session's
+        # ClientTimeout(total=cfg.total_timeout_s): one timer per request, the one aiohttp starts
+        # anyway, instead of a second asyncio.timeout around it
         try:
-            async with asyncio.timeout(self.cfg.total_timeout_s):
-                async with self.session.get(url, headers=headers, allow_redirects=False,
-                                            timeout=self.timeout, trace_request_ctx=s) as resp:
-                    self._answered(s)
-                    meta["status"] = resp.status
-                    meta["reason"] = resp.reason or ""
-                    meta["headers"] = [(k.decode("latin-1"), v.decode("latin-1"))
-                                       for k, v in resp.raw_headers]
-                    meta["req_headers"] = list(resp.request_info.headers.items())
-                    meta["location"] = resp.headers.get("Location")
-                    meta["retry_after"] = resp.headers.get("Retry-After")
-                    peer = resp.connection.transport.get_extra_info("peername") \
-                        if resp.connection and resp.connection.transport else None
-                    meta["ip"] = peer[0] if peer else None
-                    try:
-                        async for chunk in resp.content.iter_chunked(_CHUNK):
-                            body += chunk
-                            if len(body) >= cap:
-                                if len(body) > cap or not resp.content.at_eof():
-                                    truncated = "length"
-                                del body[cap:]
-                                break
-                    except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError,
-                            aiohttp.ClientOSError, ConnectionError):
-                        truncated = "disconnect"
-                    except (aiohttp.ServerTimeoutError, aiohttp.SocketTimeoutError):
-                        truncated = "time"
+            async with self.session.get(url, headers=headers, allow_redirects=False,
+                                        trace_request_ctx=s) as resp:
+                self._answered(s)
+                status = resp.status
+                reason = resp.reason or ""
+                raw = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in resp.raw_headers]
+                req_headers = list(resp.request_info.headers.items())
+                got = resp.headers
+                location = got.get("Location")
+                retry_after = got.get("Retry-After")
+                conn = resp.connection
+                peer = conn.transport.get_extra_info("peername") if conn and conn.transport else None
+                ip = peer[0] if peer else None
+                content = resp.content
+                size = 0
+                try:
+                    # up to the cap in as few reads as the data allows: each read takes all that is
+                    # buffered (up to what is left), instead of fixed-size chunks copied into a
+                    # bytearray; exactly at the cap, data not yet read means "length"
+                    while size < cap:
+                        chunk = await content.read(cap - size)
+                        if not chunk:
+                            break
+                        parts.append(chunk)
+                        size += len(chunk)
+                    else:
+                        if not content.at_eof():
+                            truncated = "length"
+                except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError,
+                        aiohttp.ClientOSError, ConnectionError):
+                    truncated = "disconnect"
+                except (aiohttp.ServerTimeoutError, aiohttp.SocketTimeoutError):
+                    truncated = "time"
         except TimeoutError:
-            if "status" not in meta:
+            if status is None:
                 self._answered(s)
                 raise
-            truncated = "time"
+            truncated = "time"  # the total timeout ran out while the body came
         except BaseException:
-            if "status" not in meta:
+            if status is None:
                 self._answered(s)
             raise
         finally:
             self.stats["request_s"] += self.mono() - started
-        return _Response(meta["status"], meta["reason"], meta["headers"], meta["req_headers"],
-                         bytes(body), truncated, meta["ip"], meta["location"], meta["retry_after"])
+        return _Response(status, reason, raw, req_headers, b"".join(parts), truncated, ip, location,
+                         retry_after)
 
     async def _ftp_request(self, h: _Host, url: str, cap: int) -> _Response:
         """One FTP session (:func:`crawl.ftp.fetch_ftp`) as a :class:`_Response`. The gap to the

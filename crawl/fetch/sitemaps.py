@@ -137,19 +137,22 @@ class _SitemapFetch:
         if len(entries) > room:
             self.stats["sitemap_entries_over_cap"] += len(entries) - room
             entries = entries[:room]
-        locs = pa.array([e[0] for e in entries], pa.string())
+        loc_list, lastmods, freqs = zip(*entries, strict=True)
+        locs = pa.array(loc_list, pa.string())
         # sitemaps.org: a file may only list URLs under its own host (and scheme, port)
         own = pc.starts_with(pc.utf8_lower(locs), h.origin.lower() + "/")
         n = len(entries)
-        tbl = pa.table({
-            "host": pa.array([h.host] * n, pa.string()),
-            "sitemap_url": pa.array([job.url] * n, pa.string()),
-            "loc": locs,
-            "lastmod": pa.array([e[1] for e in entries], R.TS),
-            "changefreq": pa.array([e[2] for e in entries], pa.string()),
-            "fetch_time": pa.array([t] * n, R.TS),
-            "unit": pa.array([job.unit] * n, pa.string()),
-        }, schema=CKPT_SITEMAP_SCHEMA).filter(own)
+        # the columns that are one value for the whole file are repeated from one scalar, not
+        # converted n times from a Python list (a third of the table's cost on a 500-entry file)
+        tbl = pa.Table.from_arrays([
+            pa.repeat(pa.scalar(h.host, pa.string()), n),
+            pa.repeat(pa.scalar(job.url, pa.string()), n),
+            locs,
+            pa.array(lastmods, R.TS),
+            pa.array(freqs, pa.string()),
+            pa.repeat(pa.scalar(t, R.TS), n),
+            pa.repeat(pa.scalar(job.unit, pa.string()), n),
+        ], schema=CKPT_SITEMAP_SCHEMA).filter(own)
         self.stats["sitemap_entries_foreign"] += n - tbl.num_rows
         h.sitemap_entries += tbl.num_rows
         self.stats["sitemap_entries"] += tbl.num_rows
