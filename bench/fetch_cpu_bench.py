@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import os
 import shutil
@@ -76,12 +77,23 @@ def run_once(fetchlist_path: Path, port: int, work: Path, prefix: str, checkpoin
     if hold:
         kw["hold_bytes"] = cfg.parse_in_fetch_max_bytes
         kw["should_continue"] = lambda: True
+    gc_s = [0.0, 0.0, 0.0]  # CPU in garbage collections, by generation
+    gc_at = [0.0]
+
+    def on_gc(phase: str, info: dict) -> None:
+        if phase == "start":
+            gc_at[0] = time.thread_time()
+        else:
+            gc_s[info["generation"]] += time.thread_time() - gc_at[0]
+
+    gc.callbacks.append(on_gc)
     t0, c0, l0 = time.perf_counter(), time.process_time(), time.thread_time()
     out = fetch_partition(cfg, fl, root=str(work / "out"), warc_prefix=prefix, now=datetime.now(UTC), **kw)
     cpu, wall, loop_cpu = time.process_time() - c0, time.perf_counter() - t0, time.thread_time() - l0
+    gc.callbacks.remove(on_gc)
     pages = out.fetches.filter(pc.equal(out.fetches.column("subset"), "warc"))
     fetched = int(pc.sum(pc.equal(pages.column("status"), "fetched")).as_py() or 0)
-    return {"cpu_s": cpu, "loop_cpu_s": loop_cpu, "wall_s": wall, "fetched": fetched, "rows": out.fetches.num_rows,
+    return {"cpu_s": cpu, "loop_cpu_s": loop_cpu, "gc_s": gc_s, "wall_s": wall, "fetched": fetched, "rows": out.fetches.num_rows,
             "requests": out.stats.get("requests", 0), "robots": out.stats.get("robots_requests", 0)}
 
 
@@ -176,7 +188,8 @@ def main() -> None:
         if args.once:
             r = run_once(fl_path, port, work / "once", "warc/once", args.checkpoint_every, args.hold)
             print(f"one run: {r['fetched']} pages, {1000 * r['cpu_s'] / max(r['fetched'], 1):.3f} ms CPU/page, "
-                  f"loop thread {1000 * r['loop_cpu_s'] / max(r['fetched'], 1):.3f}")
+                  f"loop thread {1000 * r['loop_cpu_s'] / max(r['fetched'], 1):.3f}, "
+                  f"GC by generation {[round(1000 * g / max(r['fetched'], 1), 4) for g in r['gc_s']]}")
             return
         sides = [("current", REPO)]
         if args.baseline_rev:
