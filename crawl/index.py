@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from crawl.config import CrawlConfig
-from crawl.records import PAGE_SCHEMA
+from crawl.records import PAGE_PART_SCHEMA
 from crawl.store import Store
 from crawl.url import KNOWN_SCHEMES, is_ip_host, registered_domain, surts, tld, url_columns
 
@@ -181,9 +181,9 @@ def build_index(fetched: pa.Table, pages: pa.Table, dup_info: pa.Table, round_no
 
 
 #: The columns of a partition's pages that the round's index and update read (:func:`build_index`,
-#: ``crawl.update``): everything but the text and title, which only the text files carry
-#: (:func:`write_part_texts`, written by the parse task).
-INDEX_PAGE_COLUMNS = tuple(n for n in PAGE_SCHEMA.names if n not in ("title", "text"))
+#: ``crawl.update``): those of its pages part file, everything but the text and title, which only the
+#: text files carry (:func:`write_part_texts`, written by the parse task).
+INDEX_PAGE_COLUMNS = tuple(PAGE_PART_SCHEMA.names)
 
 
 def write_part_texts(store: Store, round_no: int, part: int, fetched: pa.Table, pages: pa.Table) -> None:

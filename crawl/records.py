@@ -116,6 +116,15 @@ PAGE_SCHEMA = pa.schema([
     ("camera_model", pa.string()),
 ])
 
+# The parsed pages' columns only the text files carry (``crawl.index.TEXT_SCHEMA``, written by the parse
+# task from the in-memory pages): the rounds' pages part files leave them out, so the page text is
+# compressed and stored once (it was most of the part file's bytes and a third of the parse task's
+# Parquet CPU), and update, which reads the part files, never needed it.
+PAGE_TEXT_COLUMNS = ("title", "text")
+
+# A round's ``pages`` part file (``rounds/N/pages/part=K.parquet``): PAGE_SCHEMA without the text columns.
+PAGE_PART_SCHEMA = pa.schema([f for f in PAGE_SCHEMA if f.name not in PAGE_TEXT_COLUMNS])
+
 # One row per extracted link (resolved against <base href>, not yet canonicalised).
 LINK_SCHEMA = pa.schema([
     ("from_url", pa.string()),

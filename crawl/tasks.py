@@ -27,6 +27,7 @@ from crawl.records import (
     FETCH_SCHEMA,
     FETCHLIST_SCHEMA,
     LINK_SCHEMA,
+    PAGE_PART_SCHEMA,
     PAGE_SCHEMA,
     ROBOTS_CACHE_SCHEMA,
     SITEMAP_SCHEMA,
@@ -297,7 +298,7 @@ def _parse_and_mark(cfg: CrawlConfig, store: Store, round_no: int, part: int, fe
                     held: dict[int, tuple[list[tuple[str, str]], bytes]] | None = None,
                     chunks: list[tuple[Chunk, list[int]]] | None = None) -> dict[str, Any]:
     """Parse the documents of a partition's fetch rows (``fetched``: as in its fetched file), write
-    pages + raw links and the partition's text and images files (:func:`crawl.index.write_part_texts`),
+    pages (without their text: PAGE_PART_SCHEMA) + raw links and the partition's text and images files (:func:`crawl.index.write_part_texts`),
     then the parsed marker. ``held``: bodies in memory by row of ``fetched``
     (:attr:`crawl.fetch.FetchOutput.bodies`); the others are read back from the WARC files.
     ``chunks``: documents parsed during the fetch (:mod:`crawl.parse_ahead`), each with its rows of
@@ -334,7 +335,8 @@ def _parse_and_mark(cfg: CrawlConfig, store: Store, round_no: int, part: int, fe
     with media_limits(MediaLimits.from_config(cfg)):
         pages, links, n_ahead = _parse_with_chunks(cfg, documents, by_doc_row, doc_chunks)
     pages = pages.cast(PAGE_SCHEMA)
-    store.write_table(store.part_file(round_no, "pages", part), pages)
+    # the text and title go to the text file only (stored once): the part file is PAGE_PART_SCHEMA
+    store.write_table(store.part_file(round_no, "pages", part), pages.select(PAGE_PART_SCHEMA.names))
     store.write_table(store.part_file(round_no, "rawlinks", part), links.cast(LINK_SCHEMA))
     write_part_texts(store, round_no, part, fetched, pages)  # here, in parallel, not in update's driver
     stats = {"part": part, "pages": pages.num_rows, "links": links.num_rows, "bodies_from_memory": len(by_doc_row),

@@ -36,7 +36,7 @@ import pyarrow.compute as pc
 
 from crawl import crawldb, health, index, seen
 from crawl.config import CrawlConfig
-from crawl.records import FETCH_SCHEMA, LINK_SCHEMA, PAGE_SCHEMA, SITEMAP_SCHEMA
+from crawl.records import FETCH_SCHEMA, LINK_SCHEMA, PAGE_PART_SCHEMA, SITEMAP_SCHEMA
 from crawl.store import Store
 from crawl.tasks import CONTROL_SUBSETS, DIGESTS_SCHEMA, ROBOTS_CACHE_SCHEMA, load_robots_cache
 from crawl.url import canonicalize_many, filter_reasons, politeness_key, url_columns, url_hashes
@@ -113,8 +113,9 @@ def update(cfg: CrawlConfig, round_no: int, now: datetime, client: Any = None) -
         return carried
     fetch_parts = _parts(store, round_no, "fetched")
     fetched_all = _read_with_part(store, fetch_parts)
-    # without the text and title: the parse tasks wrote the text files (crawl.index.write_part_texts)
-    pages = store.read_tables(_parts(store, round_no, "pages"), PAGE_SCHEMA, columns=index.INDEX_PAGE_COLUMNS)
+    # without the text and title: the parse tasks wrote them to the text files (crawl.index.write_part_texts);
+    # the columns named: a part file of a round parsed before PAGE_PART_SCHEMA still holds them
+    pages = store.read_tables(_parts(store, round_no, "pages"), PAGE_PART_SCHEMA, columns=index.INDEX_PAGE_COLUMNS)
     # the health gate first: merge_shard reads it (a degraded round's failures do not count towards gone)
     planned = int((store.read_json(store.round_dir(round_no, "generate.json")) or {}).get("urls", 0))
     round_health = health.assess(cfg, planned, fetched_all, reached_hosts(store, round_no - 1))

@@ -20,8 +20,9 @@ from test_ftp import HOST, _start
 from crawl.checkpoint import PartitionCheckpoints, fetchlist_key
 from crawl.errors import FetchStopped
 from crawl.fetch import fetch_partition
+from crawl.index import TEXT_SCHEMA
 from crawl.parse import held_bodies, warc_bodies
-from crawl.records import FETCH_SCHEMA, LINK_SCHEMA, PAGE_SCHEMA
+from crawl.records import FETCH_SCHEMA, LINK_SCHEMA, PAGE_PART_SCHEMA
 from crawl.store import Store
 from crawl.tasks import fetch_parse_task, fetch_task, parse_task
 from crawl.warc import WarcFile, iter_records, stored_response_headers
@@ -122,9 +123,15 @@ def _seed_partition(cfg, urls: list[str]) -> Store:
     return store
 
 
-def _outputs(store: Store) -> tuple[pa.Table, pa.Table]:
-    return (store.read_table(store.part_file(1, "pages", 0), PAGE_SCHEMA),
-            store.read_table(store.part_file(1, "rawlinks", 0), LINK_SCHEMA))
+def _outputs(store: Store) -> tuple[pa.Table, pa.Table, pa.Table]:
+    """The partition's pages, raw links and (staged) text file: the page text is in the text file only."""
+    text = store.read_table(store.staged(1, store.text_file(1, 0)), TEXT_SCHEMA)
+    return (store.read_table(store.part_file(1, "pages", 0), PAGE_PART_SCHEMA),
+            store.read_table(store.part_file(1, "rawlinks", 0), LINK_SCHEMA), text)
+
+
+def _same(a: tuple[pa.Table, ...], b: tuple[pa.Table, ...]) -> bool:
+    return len(a) == len(b) and all(x.equals(y) for x, y in zip(a, b, strict=True))
 
 
 @pytest.mark.parametrize("overlap", [40, 0], ids=["parse-ahead", "parse-after"])
@@ -139,7 +146,11 @@ def test_fetch_task_parse_equals_the_separate_parse_task(simweb, tmp_path: Path,
     store = _seed_partition(cfg, _urls(simweb))
     both = fetch_parse_task(cfg, 1, 0, datetime.now(UTC))
     assert store.is_done(1, "fetched", 0) and store.is_done(1, "parsed", 0)
-    pages, links = _outputs(store)
+    out = _outputs(store)
+    pages, links, text = out
+    assert pages.schema.equals(PAGE_PART_SCHEMA) and "text" not in pages.column_names
+    # every document with text has it in the text file (HTML and PDF; images have none)
+    assert text.num_rows >= pages.num_rows - 40 and sum(map(len, text.column("text").to_pylist())) > 100_000
     in_memory = both["parse"]["bodies_from_memory"]
     assert both["parse"]["pages"] == pages.num_rows > 60 and links.num_rows > 500
     if budget > 1 << 20:
@@ -152,8 +163,7 @@ def test_fetch_task_parse_equals_the_separate_parse_task(simweb, tmp_path: Path,
     store.remove(store.part_file(1, "parsed", 0, "done"))
     again = parse_task(cfg, 1, 0)
     assert again["bodies_from_memory"] == 0 and again["pages"] == pages.num_rows
-    pages2, links2 = _outputs(store)
-    assert pages2.equals(pages) and links2.equals(links)
+    assert _same(_outputs(store), out)  # pages, links and the text file
     fetched = store.read_table(store.part_file(1, "fetched", 0), FETCH_SCHEMA)
     mimes = set(pages.column("content_mime_detected").to_pylist())
     assert {"text/html", "image/png"} <= mimes and fetched.num_rows >= len(_urls(simweb))
@@ -169,10 +179,11 @@ def test_a_partition_fetched_but_not_parsed_is_parsed_from_its_warc_files(simweb
     assert not store.is_done(1, "parsed", 0)
     both = fetch_parse_task(cfg, 1, 0, datetime.now(UTC))
     assert both["parse"]["bodies_from_memory"] == 0 and both["parse"]["pages"] > 20
-    pages, links = _outputs(store)
+    out = _outputs(store)
+    assert out[2].num_rows > 20
     store.remove(store.part_file(1, "parsed", 0, "done"))
     parse_task(cfg, 1, 0)
-    assert _outputs(store)[0].equals(pages) and _outputs(store)[1].equals(links)
+    assert _same(_outputs(store), out)
 
 
 def test_a_round_parsed_in_the_fetch_task_equals_the_two_task_round(simweb, tmp_path: Path) -> None:
@@ -204,8 +215,12 @@ def test_a_round_parsed_in_the_fetch_task_equals_the_two_task_round(simweb, tmp_
         dups = con.sql("SELECT count(*) FROM pages WHERE crawl_status = 'duplicate'").fetchall()[0][0]
         pages = con.sql(f"SELECT {', '.join(cols)} FROM pages ORDER BY url, subset").to_arrow_table()
         links = con.sql("SELECT * EXCLUDE (round) FROM links ORDER BY ALL").to_arrow_table()
-        got[name] = (pages, links, parsed, dups)
-    (p1, l1, parsed1, d1), (p2, l2, parsed2, d2) = got["in_fetch"], got["two_tasks"]
+        text = con.sql("SELECT * EXCLUDE (fetch_time, round) FROM text ORDER BY url").to_arrow_table()
+        got[name] = (pages, links, parsed, dups, text)
+    (p1, l1, parsed1, d1, t1), (p2, l2, parsed2, d2, t2) = got["in_fetch"], got["two_tasks"]
+    assert t1.num_rows > 100 and t1.column("url").equals(t2.column("url"))
+    keep = pa.array([u not in noisy for u in t1.column("url").to_pylist()])
+    assert t1.filter(keep).equals(t2.filter(keep))
     assert d1 == d2
     assert all(p["bodies_from_memory"] == p["pages"] for p in parsed1)  # the lever was on...
     assert all(p["bodies_from_memory"] == 0 for p in parsed2)  # ... and off
@@ -246,9 +261,10 @@ def test_ftp_resources_parse_the_same_from_memory(ftp_server, tmp_path: Path) ->
                    "pkey": [HOST] * n}, schema=FETCHLIST_SCHEMA)
     store.write_table(store.part_file(1, "fetchlist", 0), fl)
     both = fetch_parse_task(cfg, 1, 0, datetime.now(UTC))
-    pages, links = _outputs(store)
+    out = _outputs(store)
+    pages, links, _ = out
     assert both["parse"]["bodies_from_memory"] == pages.num_rows >= len(ftpd.files)
     assert any(u.startswith("ftp://") for u in links.column("to_url").to_pylist())
     store.remove(store.part_file(1, "parsed", 0, "done"))
     assert parse_task(cfg, 1, 0)["bodies_from_memory"] == 0
-    assert _outputs(store)[0].equals(pages) and _outputs(store)[1].equals(links)
+    assert _same(_outputs(store), out)

@@ -18,10 +18,11 @@ import pyarrow.compute as pc
 import pytest
 from warcio.archiveiterator import ArchiveIterator
 
+from crawl import query
 from crawl import round as rnd
 from crawl.cluster import dask_client
 from crawl.config import load_config
-from crawl.records import FETCH_SCHEMA, LINK_SCHEMA, PAGE_SCHEMA
+from crawl.records import FETCH_SCHEMA, LINK_SCHEMA
 from crawl.render import RENDER_SCHEMA, page_signals
 from crawl.simweb.canary import Canary
 from crawl.simweb.spa import SSRF_HOST, TRACKER, SpaSite
@@ -103,7 +104,6 @@ def test_crawl_renders_spa_pages(spaweb, canary, tmp_path) -> None:
     gen = store.read_json(store.round_dir(n, "generate.json"))
     parts = [int(p.rsplit("part=", 1)[1].split(".")[0]) for p in gen["partitions"]]
     rendered = pa.concat_tables([store.read_table(store.part_file(n, "rendered", k), RENDER_SCHEMA) for k in parts])
-    pages = pa.concat_tables([store.read_table(store.part_file(n, "pages", k), PAGE_SCHEMA) for k in parts])
     links = pa.concat_tables([store.read_table(store.part_file(n, "rawlinks", k), LINK_SCHEMA) for k in parts])
     fetched = pa.concat_tables([store.read_table(store.part_file(n, "fetched", k), FETCH_SCHEMA) for k in parts])
 
@@ -114,7 +114,8 @@ def test_crawl_renders_spa_pages(spaweb, canary, tmp_path) -> None:
     assert set(rendered.column("status").to_pylist()) == {"rendered"}, rendered.column("error").to_pylist()
 
     # rendered text and links are found, as the truth says
-    text = dict(zip(pages.column("url").to_pylist(), pages.column("text").to_pylist(), strict=True))
+    # the page text as users read it: the published text files through `crawl query`'s view
+    text = dict(query.connect(cfg.root, cfg.crawl_id).sql("SELECT url, text FROM text").fetchall())
     out: dict[str, set[str]] = {}
     for f, t in zip(links.column("from_url").to_pylist(), links.column("to_url").to_pylist(), strict=True):
         out.setdefault(f, set()).add(t)

@@ -436,6 +436,37 @@ def test_cli_query_lookup_stats(crawled, simweb):
     assert bad.returncode == 2 and "unknown query" in bad.stderr
 
 
+def test_text_read_through_crawl_query_matches_the_pages_served(crawled, simweb):
+    """The page text as users read it (``crawl query`` over the ``text`` view, the published text
+    files: the only place the text is stored) against the server: only pages it answered 200 have
+    text, every HTML page of unique content it answered 200 has it, under the title it was served."""
+    cfg, _ = crawled
+    out = subprocess.run([sys.executable, "-m", "crawl", "query", "--json", "--root", cfg.root,
+                          "--crawl-id", cfg.crawl_id, "SELECT url, title, text, text_length FROM text"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    rows = json.loads(out.stdout)
+    log = simweb.log()
+    served = {(h, p) for h, p, ua, st in zip(*(log.column(c).to_pylist() for c in ("host", "path", "user_agent",
+                                                                                    "status")), strict=True)
+              if ua == cfg.user_agent and st == 200}
+    assert {_target(r["url"]) for r in rows} <= served
+    truth = simweb.truth().to_pylist()
+    model = simweb.model
+    from crawl.simweb.model import NORMAL_KINDS  # trap and hostile hosts serve pages of their own
+
+    html = {r["url"]: i for i, r in enumerate(truth)
+            if r["content_type"].startswith("text/html") and r["kind"] in NORMAL_KINDS and not r["trap"]}
+    titles = {r["url"]: r["title"] for r in rows if r["url"] in html}
+    for r in rows:
+        if r["url"] in html:
+            assert r["title"] == model.titles[html[r["url"]]] and len(r["text"]) > 100, r["url"]
+            assert r["text_length"] == len(r["text"]), r["url"]
+    unique = {u for u, i in html.items() if truth[i]["dup_kind"] == "" and not truth[i]["fault"]
+              and _target(u) in served}
+    assert len(unique) > 50 and unique <= set(titles), sorted(unique - set(titles))[:5]
+
+
 def test_bad_seeds_are_refused_and_nothing_is_written(tmp_path, simweb):
     cfg = crawl_config(tmp_path / "r", simweb)
     with pytest.raises(SeedError) as err:
