@@ -16,12 +16,15 @@ from pathlib import Path
 
 import fsspec
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from crawl.fingerprint import payload_digest
+from crawl.fingerprint import b32_sha1, payload_digest
 from crawl.warc import (
     REVISIT_PROFILE,
     SOFTWARE,
     WarcFile,
+    _uuid4_urn,
     iter_records,
     iter_records_warcio,
     read_record,
@@ -138,6 +141,27 @@ def test_digest_is_sha1_base32() -> None:
     assert payload_digest(data) == "sha1:" + base64.b32encode(hashlib.sha1(data).digest()).decode()
     assert payload_digest(data) == "sha1:FKXGYNOJJ7H3IFO35FPUBC445EPOQRXN"
     assert payload_digest(b"") == "sha1:3I42H3S6NNFQ2MSVX7XZKYAYSCX5QBYJ"
+
+
+@given(st.binary(min_size=20, max_size=20))
+def test_b32_of_a_digest_is_base64s(digest: bytes) -> None:
+    """The writer's base32 (crawl.fingerprint.b32_sha1) against the standard library's."""
+    assert b32_sha1(digest) == base64.b32encode(digest).decode("ascii")
+
+
+@given(st.binary(min_size=16, max_size=16))
+def test_record_ids_are_uuid4_as_the_uuid_module_spells_them(raw: bytes) -> None:
+    assert _uuid4_urn(raw) == f"<urn:uuid:{uuid.UUID(bytes=raw, version=4)}>"
+
+
+def test_written_record_ids_are_distinct_version_4_uuids(tmp_path: Path) -> None:
+    _write_sample(str(tmp_path), "ids.warc.gz")
+    ids = [r.warc_headers["WARC-Record-ID"] for r in iter_records_warcio(str(tmp_path), "ids.warc.gz")]
+    assert len(ids) > 5 and len(set(ids)) == len(ids)
+    for rid in ids:
+        assert rid.startswith("<urn:uuid:") and rid.endswith(">")
+        u = uuid.UUID(rid[10:-1])
+        assert u.version == 4 and u.variant == uuid.RFC_4122 and f"<urn:uuid:{u}>" == rid
 
 
 def test_atomic_publish_and_rerun_replaces(tmp_path: Path) -> None:
