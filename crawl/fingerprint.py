@@ -186,43 +186,71 @@ def _nfkc(text: str) -> str:
 
 
 @functools.cache
-def _bmp_kinds() -> tuple[np.ndarray, list[bytes]]:
-    """Per BMP code point, what NFKC + ``str.lower`` make of it, as :func:`_replaced_lower` reads it:
-    0 = itself lowered (ASCII or ``_SAFE``), k > 0 = ``_REPLACE``'s replacement lowered (UTF-8 at
-    index k of the list), -1 = anything else. Only characters whose lowered form has the UTF-8 length
-    of the character get 0 or k, and no capital sigma (the one character ``str.lower`` maps by its
-    neighbours), in a character or a replacement. Built on first use (~0.1 s), from this Python's own
-    ``unicodedata`` and ``str.lower``."""
+def _lower_kinds() -> tuple[np.ndarray, list[bytes]]:
+    """Per BMP code point L, what NFKC + ``str.lower`` make of the characters ``str.lower`` maps to L
+    alone, as :func:`_replaced_lower` reads it: 0 = L itself (each is ``_SAFE``), k > 0 = the UTF-8 at
+    index k of the list (each is in ``_REPLACE``, all with that lowered replacement), -1 = anything
+    else (one of them is neither, two disagree, or capital sigma, the one character ``str.lower`` maps
+    by its neighbours, is involved). Non-ASCII characters lowering to ASCII must map to that ASCII
+    character (only the Kelvin sign does: checked here), since the bytes do not show them. Built on
+    first use (~0.05 s), from this Python's own ``unicodedata`` and ``str.lower``."""
+    results: dict[int, str | None] = {}
+    for cp in range(0x80, 0x10000):
+        if 0xD800 <= cp < 0xE000:
+            continue
+        c = chr(cp)
+        low = c.lower()
+        if len(low) != 1:
+            continue
+        r: str | None = None
+        if c == "\u03a3":
+            r = None
+        elif c in _SAFE_SET:
+            r = low
+        elif c in _REPLACE and "\u03a3" not in _REPLACE[c]:
+            r = _REPLACE[c].lower()
+        if low.isascii():
+            if r != low:
+                raise RuntimeError(f"U+{cp:04X} lowers to ASCII {low!r} but NFKC + lower gives {r!r}")
+            continue
+        if ord(low) not in results:
+            results[ord(low)] = r
+        elif results[ord(low)] != r:
+            results[ord(low)] = None
     kinds = np.full(0x10000, -1, np.int16)
     repl: list[bytes] = [b""]
-    for cp in range(0x80, 0x10000):
-        c = chr(cp)
-        if 0xD800 <= cp < 0xE000 or cp == 0x3A3 or len(c.lower().encode()) != len(c.encode()):
+    index: dict[bytes, int] = {}
+    for cp, r in results.items():
+        if r is None:
             continue
-        if c in _SAFE_SET:
+        if r == chr(cp):
             kinds[cp] = 0
-        elif c in _REPLACE and "\u03a3" not in _REPLACE[c]:
-            kinds[cp] = len(repl)
-            repl.append(_REPLACE[c].lower().encode())
+        else:
+            b = r.encode()
+            kinds[cp] = index.setdefault(b, len(repl))
+            if kinds[cp] == len(repl):
+                repl.append(b)
     return kinds, repl
 
 
-def _replaced_lower(text: str, raw: bytes) -> bytes | None:
-    """UTF-8 of ``NFKC(text).lower()`` from ``raw`` (UTF-8 of ``text.lower()``), when every non-ASCII
-    character of ``text`` is in the BMP and is ``_SAFE`` or in ``_REPLACE`` (:func:`_bmp_kinds`), at
-    least one of them the latter; else None.
+def _replaced_lower(raw: bytes, one_to_one: bool) -> bytes | None:
+    """UTF-8 of ``NFKC(text).lower()`` from ``raw``, UTF-8 of ``text.lower()``, when ``str.lower``
+    mapped each character of ``text`` to one (``one_to_one``: ``len(text.lower()) == len(text)``) and
+    every non-ASCII character of ``raw`` is in the BMP with a known kind (:func:`_lower_kinds`), at
+    least one a replacement; else None.
 
     Why: on the simulated web every text NFKC changes holds only ellipses and trademark signs, and
     the regex scan of :func:`_nfkc_scan` plus lowering and encoding the normalised text cost ~0.13 ms
     per page; this is one NumPy pass to find and classify the non-ASCII characters and a join of
-    slices of ``raw``. Exact because NFKC then replaces characters one by one (what ``_nfkc_scan``
-    does when all are in ``_REPLACE``) and ``str.lower`` maps each character on its own without
-    changing its byte length, so ``text.lower()``'s bytes sit where ``text``'s do.
+    slices of ``raw``. Exact because every character of ``text`` is then ``_SAFE`` or in ``_REPLACE``,
+    so NFKC replaces characters one by one (what ``_nfkc_scan`` does when all are in ``_REPLACE``), and
+    ``str.lower`` maps each character on its own (no capital sigma), so each lowered character of
+    ``raw`` stands for one of ``text`` whose NFKC + lower its kind gives. Reading ``raw`` rather than
+    ``text``'s own UTF-8 saves encoding the text a second time.
     """
-    enc = text.encode("utf-8")
-    if len(enc) != len(raw):
+    if not one_to_one:
         return None
-    a = np.frombuffer(enc + b"\0\0", np.uint8)  # two bytes of padding: reading lead + 2 stays inside
+    a = np.frombuffer(raw + b"\0\0", np.uint8)  # two bytes of padding: reading lead + 2 stays inside
     lead = np.flatnonzero(a >= 0xC2)  # in valid UTF-8 every byte >= C2 starts a character
     if lead.size == 0:
         return None
@@ -233,7 +261,7 @@ def _replaced_lower(text: str, raw: bytes) -> bytes | None:
     two = lb < 0xE0
     cp = np.where(two, ((lb & 0x1F).astype(np.int32) << 6) | b1,
                   ((lb & 0x0F).astype(np.int32) << 12) | (b1 << 6) | (a[lead + 2] & 0x3F))
-    kinds, repl = _bmp_kinds()
+    kinds, repl = _lower_kinds()
     k = kinds[cp]
     if k.min() < 0:
         return None
@@ -293,12 +321,13 @@ def fingerprints_many(texts: Sequence[str | None]) -> tuple[np.ndarray, list[str
     for i, text in enumerate(texts):
         if not text:
             continue
+        low = text.lower()
         try:
-            raw = text.lower().encode("utf-8")
+            raw = low.encode("utf-8")
         except UnicodeEncodeError:  # a lone surrogate: the scalar definitions' behaviour (the digest raises)
             sims[i], digests[i] = simhash(text), text_digest(text)
             continue
-        digests[i] = _b32sha1(_digest_bytes(text, raw))
+        digests[i] = _b32sha1(_digest_bytes(text, raw, len(low) == len(text)))
         batch.append((i, raw))
         size += len(raw)
         if size >= _BATCH_BYTES:
@@ -309,15 +338,18 @@ def fingerprints_many(texts: Sequence[str | None]) -> tuple[np.ndarray, list[str
     return sims, digests
 
 
-def _digest_bytes(text: str, raw: bytes) -> bytes:
+def _digest_bytes(text: str, raw: bytes, one_to_one: bool | None = None) -> bytes:
     """What the text digest hashes, ``" ".join(NFKC(text).lower().split())`` as UTF-8, given ``raw``,
-    UTF-8 of ``text.lower()``: ASCII and NFKC-normalised texts need no normalising, texts whose only
-    changes are one-by-one replacements take :func:`_replaced_lower`, the rest :func:`_nfkc_scan`."""
+    UTF-8 of ``text.lower()`` (``one_to_one``: ``len(text.lower()) == len(text)``, computed if None):
+    ASCII and NFKC-normalised texts need no normalising, texts whose only changes are one-by-one
+    replacements take :func:`_replaced_lower`, the rest :func:`_nfkc_scan`."""
     if text.isascii():
         return collapse_ws(raw, False)
     if unicodedata.is_normalized("NFKC", text):  # C quick check, ~1 ns per character
         return collapse_ws(raw, any(c in text for c in _NFKC_STABLE_WS))
-    replaced = _replaced_lower(text, raw)
+    if one_to_one is None:
+        one_to_one = len(text.lower()) == len(text)
+    replaced = _replaced_lower(raw, one_to_one)
     if replaced is not None:
         return collapse_ws(replaced, False)  # neither _SAFE nor replacements hold whitespace beyond ASCII
     normal, odd_ws = _nfkc_scan(text)
@@ -384,9 +416,8 @@ def _b32sha1(data: bytes | memoryview) -> str:
     return b32_sha1(hashlib.sha1(data).digest())
 
 
-def _word_mask(b: np.ndarray) -> np.ndarray:
-    """``_WORD_LUT.take(b)`` for lowered text (no byte in A-Z), by compares: ~2x cheaper than a lookup."""
-    return ((b - np.uint8(97)) <= 25) | (b >= 128) | ((b - np.uint8(48)) <= 9) | (b == 95)
+# _WORD_LUT as a bytes.translate table (1 = word byte): one C pass, ~2x cheaper than NumPy compares
+_WORD_TABLE = _WORD_LUT.astype(np.uint8).tobytes()
 
 
 def _simhash_batch(batch: list[tuple[int, bytes]], sims: np.ndarray) -> None:
@@ -394,11 +425,11 @@ def _simhash_batch(batch: list[tuple[int, bytes]], sims: np.ndarray) -> None:
     lens = np.array([len(r) for _, r in batch], np.int64)
     starts = np.zeros(len(batch), np.int64)
     np.cumsum(lens[:-1] + 1, out=starts[1:])  # each text is followed by one separator byte
-    big = np.frombuffer(b"".join(r + _SEP for _, r in batch), np.uint8)
-    # word hashes over the whole batch (NUL is not a word byte, so no word spans two texts); the
-    # batch ends with a separator, so every word ends before the last byte
-    padded = np.zeros(big.size + 1, dtype=np.int8)
-    padded[1:] = _word_mask(big)
+    # one separator before the batch (the word mask's padding) and one after each text; NUL is not a
+    # word byte, so no word spans two texts, and every word ends before the last byte
+    joined = _SEP.join([b"", *(r for _, r in batch), b""])
+    big = np.frombuffer(joined, np.uint8, offset=1)
+    padded = np.frombuffer(joined.translate(_WORD_TABLE), np.int8)
     bounds = np.flatnonzero(padded[1:] != padded[:-1])
     ws = bounds[0::2]
     if ws.size < SHINGLE:

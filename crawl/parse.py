@@ -455,13 +455,17 @@ def parse_html(url: str, payload: bytes, headers: Mapping[str, str], agent: str 
 
 
 def _parse_html_deferred(url: str, payload: bytes, headers: Mapping[str, str],
-                         agent: str = PRODUCT_TOKEN, raw_text: bool = False) -> tuple[ParsedDoc, _RawLinks]:
+                         agent: str = PRODUCT_TOKEN, raw_text: bool = False,
+                         mime: str | None = None) -> tuple[ParsedDoc, _RawLinks]:
     """Everything :func:`parse_html` does but resolving links and the canonical URL; with ``raw_text``
-    also the whitespace collapse of the text (``doc.text`` stays empty, ``raw.text`` holds it)."""
-    h = _lower_headers(headers)
+    also the whitespace collapse of the text (``doc.text`` stays empty, ``raw.text`` holds it).
+    ``mime``: the caller has lower-cased ``headers`` (a dict) and sniffed the payload already
+    (:func:`_parse_document`), so neither is done twice."""
+    h = headers if mime is not None else _lower_headers(headers)
     codec, skip, valid_utf8 = _detect_charset(payload, h.get("content-type"))
     tree = LexborHTMLParser(_lexbor_input(payload, codec, skip, valid_utf8))
-    doc = ParsedDoc(charset=_display_charset(codec), mime_detected=sniff_mime(payload, h.get("content-type")))
+    doc = ParsedDoc(charset=_display_charset(codec),
+                    mime_detected=mime if mime is not None else sniff_mime(payload, h.get("content-type")))
     raw = _RawLinks()
 
     flags = [False, False]
@@ -708,7 +712,7 @@ def _parse_document(url: str, payload: bytes, headers: Mapping[str, str] | Itera
         h["content-type"] = mime + ("; " + ct.split(";", 1)[1] if ct and ";" in ct else "")
     raw = None
     if defer and fn is parse_html:
-        doc, raw = _parse_html_deferred(url, payload, h, raw_text=True)
+        doc, raw = _parse_html_deferred(url, payload, h, raw_text=True, mime=mime)
     else:
         doc = fn(url, payload, h)
         doc.links = doc.links[:max_outlinks]
