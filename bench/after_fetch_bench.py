@@ -8,7 +8,8 @@ and CPU seconds are far less sensitive to a shared box's load than wall time.
     python bench/round_timeline.py --hosts 1000 --pages 20000 --save-fetched /tmp/fetched20k
     python bench/after_fetch_bench.py /tmp/fetched20k [--reps 3] [--profile 30]
 
-Update runs its per-shard merges in threads here (no Dask client), as ``crawl.update`` does without one.
+Update runs its per-shard merges (and per-partition links) in threads here (no Dask client), as
+``crawl.update`` does without one; ``--workers N`` runs them on an embedded Dask cluster, as a round does.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from crawl import round as rnd  # noqa: E402
 from crawl.config import load_config  # noqa: E402
 
 
-def replay(saved: Path, profile: int) -> dict[str, tuple[float, float]]:
+def replay(saved: Path, profile: int, client: Any = None) -> dict[str, tuple[float, float]]:
     """{step: (wall s, CPU s)} of update, reprioritise, publish on a fresh copy of ``saved``."""
     work = Path(tempfile.mkdtemp(prefix="after-fetch-"))
     try:
@@ -43,7 +44,7 @@ def replay(saved: Path, profile: int) -> dict[str, tuple[float, float]]:
         gen = json.loads((work / "root").joinpath(*_gen_rel(cfg)).read_text())
         n, now = gen["round"], datetime.fromisoformat(gen["now"]).astimezone(UTC)
         out = {}
-        for name, fn in (("update", lambda: rnd.update(cfg, n, now)),
+        for name, fn in (("update", lambda: rnd.update(cfg, n, now, client)),
                          ("reprioritise", lambda: rnd.reprioritise(cfg, n, now)),
                          ("publish", lambda: rnd.publish(cfg, n))):
             prof = cProfile.Profile() if profile else None
@@ -78,12 +79,31 @@ def main() -> None:
     ap.add_argument("saved", type=Path, help="a directory written by round_timeline.py --save-fetched")
     ap.add_argument("--reps", type=int, default=1)
     ap.add_argument("--profile", type=int, default=0, metavar="TOP")
+    ap.add_argument("--workers", type=int, default=0,
+                    help="run update's tasks on an embedded Dask cluster of this many workers, as a round does "
+                         "(0: threads in this process)")
     args = ap.parse_args()
     from crawl.warmup import single_threaded_math
 
     single_threaded_math()  # as `crawl run` does for its own process
+    import contextlib
+
+    with contextlib.ExitStack() as stack:
+        client = None
+        if args.workers:
+            from crawl.cluster import dask_client
+
+            over = json.loads((args.saved / "config.json").read_text())
+            cfg = load_config(overrides={**{k: v for k, v in over.items() if v is not None},
+                                         "dask_workers": args.workers, "dask_address": None}, use_env=False)
+            client = stack.enter_context(dask_client(cfg))
+            client.run(lambda: __import__("crawl.update"))  # workers' imports out of the first rep
+        run_reps(args, client)
+
+
+def run_reps(args: argparse.Namespace, client: Any) -> None:
     for rep in range(args.reps):
-        res = replay(args.saved, args.profile if rep == 0 else 0)
+        res = replay(args.saved, args.profile if rep == 0 else 0, client)
         print(f"rep {rep + 1}: " + "; ".join(f"{k} {w:.2f} s wall {c:.2f} s CPU" for k, (w, c) in res.items())
               + f"; total {sum(w for w, _ in res.values()):.2f} s wall {sum(c for _, c in res.values()):.2f} s CPU")
 

@@ -98,6 +98,46 @@ def report(sampler: Sampler, steps: list[list[Any]], spans: list[dict[str, Any]]
         out["workers"][w] = {"fetching": round(fetching, 2), "parsing": round(parsing, 2),
                              "before": round(first, 2), "after": round(last, 2)}
         print(f"| {w} | {fetching:.2f} | {parsing:.2f} | {first + last:.2f} ({first:.2f} / {last:.2f}) |")
+    out["phases"] = phase_table(sampler, spans, workers, a, b)
+    return out
+
+
+def phase_table(sampler: Sampler, spans: list[dict[str, Any]], workers: dict[str, str], a: float,
+                b: float) -> dict[str, Any]:
+    """The fetch+parse step cut where any worker changes state (fetching, parsing, no task), grouped by
+    the combination of states ("fetch+fetch": both workers fetching), with the cores each process used
+    and the idle cores in each: says whether the simulated web is saturated while the workers fetch at
+    the same time, and what the tail costs."""
+    names = [*sampler.pids, "others"]
+    ncores = os.cpu_count() or 1
+    cuts = sorted({a, b, *(t for s in spans for t in (s["start"], s["fetched"], s["parsed"]) if a <= t <= b)})
+
+    def state(addr: str, t: float) -> str:
+        for s in spans:
+            if s["worker"] == addr and s["start"] <= t < s["fetched"]:
+                return "fetch"
+            if s["worker"] == addr and s["fetched"] <= t < s["parsed"]:
+                return "parse"
+        return "none"
+
+    acc: dict[str, dict[str, float]] = {}
+    for t0, t1 in zip(cuts, cuts[1:], strict=False):
+        if t1 - t0 < 1e-6:
+            continue
+        key = "+".join(sorted(state(addr, (t0 + t1) / 2) for addr in workers))
+        row = acc.setdefault(key, {"s": 0.0, **{n: 0.0 for n in names}})
+        row["s"] += t1 - t0
+        for n in names:
+            row[n] += sampler.cores(n, t0, t1) * (t1 - t0)
+    print("\nfetch+parse by the workers' states (cores averaged over each state's seconds):")
+    print("| states | s | " + " | ".join(names) + " | idle |")
+    print("|---|---|" + "---|" * (len(names) + 1))
+    out = {}
+    for key, row in sorted(acc.items(), key=lambda kv: -kv[1]["s"]):
+        cores = {n: row[n] / row["s"] for n in names}
+        idle = max(0.0, ncores - sum(cores.values()))
+        out[key] = {"s": round(row["s"], 2), **{n: round(v, 2) for n, v in cores.items()}, "idle": round(idle, 2)}
+        print(f"| {key} | {row['s']:.2f} | " + " | ".join(f"{v:.2f}" for v in cores.values()) + f" | {idle:.2f} |")
     return out
 
 

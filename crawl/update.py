@@ -25,6 +25,7 @@ deterministic: rerunning overwrites.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from typing import Any
@@ -111,6 +112,9 @@ def update(cfg: CrawlConfig, round_no: int, now: datetime, client: Any = None) -
     carried = carry_forward(cfg, store, round_no)
     if carried is not None:
         return carried
+    # each partition's links are read and canonicalised on the workers (or a thread pool) while this
+    # process reads the fetch rows and runs the dedup: the largest per-URL cost of update, in parallel
+    links_of = _start_link_parts(cfg, store, round_no, client)
     fetch_parts = _parts(store, round_no, "fetched")
     fetched_all = _read_with_part(store, fetch_parts)
     # without the text and title: the parse tasks wrote them to the text files (crawl.index.write_part_texts);
@@ -120,7 +124,7 @@ def update(cfg: CrawlConfig, round_no: int, now: datetime, client: Any = None) -
     planned = int((store.read_json(store.round_dir(round_no, "generate.json")) or {}).get("urls", 0))
     round_health = health.assess(cfg, planned, fetched_all, reached_hosts(store, round_no - 1))
     store.write_json(store.round_dir(round_no, "health.json"), round_health)
-    stats, link_graph = prepare(cfg, store, round_no, fetched_all, pages)
+    stats, link_graph = prepare(cfg, store, round_no, fetched_all, pages, links_of)
 
     shards = list(range(cfg.url_shards))
     if client is not None:
@@ -202,7 +206,9 @@ def carry_forward(cfg: CrawlConfig, store: Store, round_no: int) -> dict[str, An
 
 # ---- prepare ----------------------------------------------------------------------------------------
 def prepare(cfg: CrawlConfig, store: Store, round_no: int, fetched_all: pa.Table,
-            pages: pa.Table) -> tuple[dict[str, Any], pa.Table]:
+            pages: pa.Table, links_of: Callable[[], pa.Table] | None = None) -> tuple[dict[str, Any], pa.Table]:
+    """``links_of`` gives the round's followed links, canonical (:func:`link_part` of every partition,
+    in partition order); None computes them here."""
     prev = round_no - 1
     con = duckdb.connect()
     db_src = _prev_db_source(con, store, cfg, prev)
@@ -253,8 +259,9 @@ def prepare(cfg: CrawlConfig, store: Store, round_no: int, fetched_all: pa.Table
         QUALIFY row_number() OVER (PARTITION BY f.url_hash ORDER BY e.duplicate_of, n.duplicate_of) = 1
     """).to_arrow_table().cast(FETCH_UPDATE_SCHEMA)
 
-    raw_links = store.read_tables(_parts(store, round_no, "rawlinks"), LINK_SCHEMA)
-    links, link_graph = _prepare_links(cfg, con, raw_links)
+    canon_links = links_of() if links_of is not None else \
+        _canonical_links(cfg, store.read_tables(_parts(store, round_no, "rawlinks"), LINK_SCHEMA))
+    links, link_graph = _prepare_links(cfg, con, canon_links)
     inject_rel = store.round_dir(round_no, "inject.parquet")
     injected = store.read_table(inject_rel, crawldb.CRAWLDB_SCHEMA) if store.exists(inject_rel) else \
         crawldb.CRAWLDB_SCHEMA.empty_table()
@@ -328,24 +335,64 @@ def _near_duplicates(con: duckdb.DuckDBPyConnection, db_src: str | None, k: int)
     """)
 
 
-def _prepare_links(cfg: CrawlConfig, con: duckdb.DuckDBPyConnection,
-                   raw_links: pa.Table) -> tuple[pa.Table, pa.Table]:
-    """Canonical, filtered links with the depth of their target; plus the link graph rows."""
+CANON_LINK_SCHEMA = pa.schema([("from_hash", pa.uint64()), ("to_url", pa.string()), ("kind", pa.string())])
+
+
+def _canonical_links(cfg: CrawlConfig, raw_links: pa.Table) -> pa.Table:
+    """Followed links (nofollow dropped) as (from_hash, canonical to_url or null, kind). Row by row,
+    so the links of several partitions give, concatenated, what their concatenation gives."""
+    follow = pc.invert(pc.fill_null(raw_links.column("nofollow"), False))
+    raw_links = raw_links.filter(follow)
     if raw_links.num_rows == 0:
+        return CANON_LINK_SCHEMA.empty_table()
+    # the source is a fetched page: its URL is canonical already (fetch lists hold canonical URLs)
+    return pa.table({
+        "from_hash": pa.array(url_hashes(raw_links.column("from_url")), pa.uint64()),
+        "to_url": canonicalize_many(raw_links.column("to_url"), cfg.tracking_params, cfg.allowed_schemes),
+        "kind": raw_links.column("kind"),
+    }, schema=CANON_LINK_SCHEMA)
+
+
+def link_part(cfg: CrawlConfig, rel: str) -> pa.Table:
+    """:func:`_canonical_links` of one partition's raw links file (a task on a Dask worker)."""
+    return _canonical_links(cfg, Store(cfg.root, cfg.crawl_id).read_table(rel, LINK_SCHEMA))
+
+
+def _start_link_parts(cfg: CrawlConfig, store: Store, round_no: int, client: Any) -> Callable[[], pa.Table]:
+    """Start :func:`link_part` for every partition of the round (Dask tasks with a client, else two
+    threads: Parquet reads and the column kernels release the GIL); the returned function waits for
+    them and concatenates their tables in partition order."""
+    rels = _parts(store, round_no, "rawlinks")
+    if not rels:
+        return CANON_LINK_SCHEMA.empty_table
+    if client is not None:
+        futures = client.map(link_part, [cfg] * len(rels), rels, pure=False,
+                             key=[f"links-{cfg.crawl_id}-{round_no}-{_part_no(r)}" for r in rels])
+
+        def gather() -> pa.Table:
+            from crawl.cluster import wait_all
+
+            wait_all(client, futures, cfg, f"round {round_no} update links")
+            return pa.concat_tables([f.result() for f in futures])
+
+        return gather
+    pool = ThreadPoolExecutor(max_workers=2)
+    jobs = [pool.submit(link_part, cfg, r) for r in rels]
+    pool.shutdown(wait=False)
+    return lambda: pa.concat_tables([j.result() for j in jobs])
+
+
+def _prepare_links(cfg: CrawlConfig, con: duckdb.DuckDBPyConnection,
+                   t: pa.Table) -> tuple[pa.Table, pa.Table]:
+    """Canonical, filtered links with the depth of their target; plus the link graph rows. ``t``:
+    the round's :func:`_canonical_links`."""
+    if t.num_rows == 0:
         empty_links = pa.table({"to_url": pa.array([], pa.string()), "to_hash": pa.array([], pa.uint64()),
                                 "depth": pa.array([], pa.int32()), "source": pa.array([], pa.string())})
         graph = pa.table({"from_hash": pa.array([], pa.uint64()), "to_hash": pa.array([], pa.uint64()),
                           "to_url": pa.array([], pa.string()), "kind": pa.array([], pa.string()),
                           "part": pa.array([], pa.int32())})
         return empty_links, graph
-    follow = pc.invert(pc.fill_null(raw_links.column("nofollow"), False))
-    raw_links = raw_links.filter(follow)
-    # the source is a fetched page: its URL is canonical already (fetch lists hold canonical URLs)
-    t = pa.table({
-        "from_hash": pa.array(url_hashes(raw_links.column("from_url")), pa.uint64()),
-        "to_url": canonicalize_many(raw_links.column("to_url"), cfg.tracking_params, cfg.allowed_schemes),
-        "kind": raw_links.column("kind"),
-    })
     con.register("lraw", t)
     t = con.sql("""
         SELECT l.from_hash, l.to_url, l.kind,

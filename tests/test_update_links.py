@@ -1,0 +1,84 @@
+"""Update canonicalises each partition's links apart (Dask tasks or threads) while it dedups the fetches:
+the round's link graph, discovered URLs and per-shard update files must be byte for byte those of the
+single pass over every partition's raw links at once (compared as row sets: DuckDB's
+row order in prepare's outputs varies from run to run anyway) (the path before, still taken when no parallel
+links are given).
+
+Real rounds on the simulated web: round 1, then round 2 fetched and parsed in 3 partitions; the update
+of round 2 is prepared three times on copies of the same crawl root.
+"""
+
+from __future__ import annotations
+
+import shutil
+from datetime import UTC, datetime, timedelta
+
+import pyarrow.parquet as pq
+import pytest
+
+from crawl import round as rnd
+from crawl import update as upd
+from crawl.config import load_config
+from crawl.store import Store
+
+
+@pytest.fixture(scope="module")
+def client():
+    from distributed import Client
+
+    with Client(processes=False, n_workers=2, threads_per_worker=1, dashboard_address=None) as c:
+        yield c
+
+
+def _cfg(root, simweb):
+    return load_config(overrides={
+        "root": str(root), "crawl_id": "links", "resolve": [simweb.resolve_rule], "politeness_delay_s": 0.0,
+        "partitions": 3, "url_shards": 2, "max_depth": 3, "max_pages": 120, "round_duration_s": 30.0,
+    }, use_env=False)
+
+
+@pytest.fixture(scope="module")
+def fetched_round(simweb, client, tmp_path_factory):
+    """A crawl root with round 1 published and round 2 fetched and parsed (update not run)."""
+    base = tmp_path_factory.mktemp("links")
+    cfg = _cfg(base / "root", simweb)
+    now = datetime.now(UTC).replace(microsecond=0)
+    rnd.run_round(cfg, simweb.seed_urls(6), now, client=client)
+    now2 = now + timedelta(days=30)
+    n = rnd.generate(cfg, now2)["round"]
+    rnd.fetch_parse(cfg, n, now2, client=client)
+    return base, cfg, n, now2
+
+
+def _prepare(fetched_round, name: str, how: str, client) -> tuple[dict, object, dict[str, bytes]]:
+    base, cfg0, n, _ = fetched_round
+    root = base / name
+    shutil.rmtree(root, ignore_errors=True)
+    shutil.copytree(base / "root", root)
+    cfg = load_config(overrides={**cfg0.to_dict(), "root": str(root)}, use_env=False)
+    store = Store(cfg.root, cfg.crawl_id)
+    links_of = None if how == "whole" else upd._start_link_parts(cfg, store, n, client if how == "dask" else None)
+    fetched_all = upd._read_with_part(store, upd._parts(store, n, "fetched"))
+    pages = store.read_tables(upd._parts(store, n, "pages"), upd.PAGE_SCHEMA, columns=upd.index.INDEX_PAGE_COLUMNS)
+    stats, graph = upd.prepare(cfg, store, n, fetched_all, pages, links_of)
+    written = {}
+    for kind in ("fetch", "new", "sitemap"):
+        for s in range(cfg.url_shards):
+            t = pq.read_table(store.location(upd._shard_rel(store, n, kind, s)))
+            written[f"{kind}/{s}"] = t.sort_by("url_hash")  # one row per URL; DuckDB's row order varies
+    return stats, graph.sort_by([(c, "ascending") for c in graph.column_names]), written
+
+
+def test_links_per_partition_equal_the_single_pass(fetched_round, client):
+    _, cfg, n, _ = fetched_round
+    store = Store(cfg.root, cfg.crawl_id)
+    assert len(upd._parts(store, n, "rawlinks")) >= 2  # several partitions, or there is nothing to compare
+    stats0, graph0, files0 = _prepare(fetched_round, "whole", "whole", client)
+    assert graph0.num_rows > 100 and stats0["discovered"] > 0  # links followed and URLs discovered
+    for how in ("threads", "dask"):
+        stats, graph, files = _prepare(fetched_round, how, how, client)
+        assert stats == stats0, how
+        assert graph.equals(graph0), how  # the same rows, as many times each
+        assert files.keys() == files0.keys()
+        for k in files0:
+            assert files[k].equals(files0[k]), (how, k)
