@@ -218,6 +218,9 @@ def _fetch_parse(cfg: CrawlConfig, round_no: int, now: datetime | None, progress
     results: list[dict[str, Any]] = []
     dashboard = ""
     if parts:
+        from crawl.warmup import warm_driver
+
+        warm_driver()  # update's and reprioritise's imports, while this process only waits on the workers
         if client is None:
             from crawl.cluster import dashboard_url, dask_client
 

@@ -72,3 +72,17 @@ def test_the_cli_process_runs_one_math_thread_unless_told_otherwise() -> None:
                           text=True, timeout=120, env={**env, "OMP_NUM_THREADS": "2", "OPENBLAS_NUM_THREADS": "2"})
     assert told.returncode == 0, told.stderr[-2000:]
     assert "[1]" not in told.stdout.split("\n")[-2] or os.cpu_count() == 1  # the user's count stays
+
+
+def test_warm_driver_imports_what_update_and_reprioritise_import_first() -> None:
+    code = ("import sys\n"
+            "from crawl.warmup import DRIVER_MODULES, warm_driver\n"
+            "assert not any(m in sys.modules for m in DRIVER_MODULES), [m for m in DRIVER_MODULES if m in sys.modules]\n"
+            "t = warm_driver()\n"
+            "assert warm_driver() is t\n"  # once per process
+            "t.join()\n"
+            "from crawl.url.surt import _extractor\n"
+            "print(all(m in sys.modules for m in DRIVER_MODULES), _extractor.cache_info().currsize)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["True", "1"]
