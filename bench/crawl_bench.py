@@ -194,6 +194,9 @@ def main() -> None:
     ap.add_argument("--fixed-only", action="store_true",
                     help="only the fixed-cost round (no ceilings, no full round): RESULT fixed_round_s=…")
     args = ap.parse_args()
+    from crawl.warmup import single_threaded_math
+
+    single_threaded_math()  # this process is the round's driver: one BLAS/OpenMP thread, as `crawl run` has
     load0 = os.getloadavg()[0]
     work = Path(tempfile.mkdtemp(prefix="crawl-bench-"))
     proc, port = launch(args.hosts, args.seed, work / "access.jsonl")

@@ -199,6 +199,9 @@ def main() -> None:
     ap.add_argument("--profile", type=int, default=0, metavar="TOP",
                     help="cProfile the driver-side steps (generate, update, reprioritise, publish); top N rows")
     args = ap.parse_args()
+    from crawl.warmup import single_threaded_math
+
+    single_threaded_math()  # this process is the round's driver: one BLAS/OpenMP thread, as `crawl run` has
     work = Path(tempfile.mkdtemp(prefix="round-timeline-"))
     proc, port = launch(args.hosts, args.seed, work / "access.jsonl")
     try:
