@@ -127,19 +127,22 @@ def update(cfg: CrawlConfig, round_no: int, now: datetime, client: Any = None) -
     stats, link_graph = prepare(cfg, store, round_no, fetched_all, pages, links_of)
 
     shards = list(range(cfg.url_shards))
+    # the digest table and the robots cache (which no shard merge reads) are written while the merges run
     if client is not None:
         futures = client.map(merge_shard, [cfg] * len(shards), [round_no] * len(shards), shards,
                              key=[f"update-{cfg.crawl_id}-{round_no}-{s}" for s in shards], pure=False)
         from crawl.cluster import wait_all
 
+        _write_digests(store, round_no, fetched_all)
+        _write_robots(store, round_no)
         wait_all(client, futures, cfg, f"round {round_no} update")  # fails naming the scheduler, never hangs
         shard_stats = [f.result() for f in futures]
     else:
         with ThreadPoolExecutor(max_workers=2) as pool:
-            shard_stats = list(pool.map(lambda s: merge_shard(cfg, round_no, s), shards))
-
-    _write_digests(store, round_no, fetched_all)
-    _write_robots(store, round_no)
+            jobs = [pool.submit(merge_shard, cfg, round_no, s) for s in shards]
+            _write_digests(store, round_no, fetched_all)
+            _write_robots(store, round_no)
+            shard_stats = [j.result() for j in jobs]
     dup_info = store.read_tables([_shard_rel(store, round_no, "dupinfo", s) for s in shards], DUP_INFO_SCHEMA)
     index.write_outputs(cfg, store, round_no, fetch_parts, fetched_all, pages, link_graph, dup_info)
 
