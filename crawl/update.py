@@ -91,6 +91,13 @@ def _read_with_part(store: Store, rels: list[str]) -> pa.Table:
     return pa.concat_tables(tables)
 
 
+def read_pages(store: Store, round_no: int) -> pa.Table:
+    """The round's parse results as update reads them: without the text and title (the parse tasks
+    wrote the text files, :func:`crawl.index.write_part_texts`)."""
+    # the columns named: a part file of a round parsed before PAGE_PART_SCHEMA still holds them
+    return store.read_tables(_parts(store, round_no, "pages"), PAGE_PART_SCHEMA, columns=index.INDEX_PAGE_COLUMNS)
+
+
 def _prev_db_source(con: duckdb.DuckDBPyConnection, store: Store, cfg: CrawlConfig, prev: int) -> str | None:
     if prev <= 0:
         return None
@@ -118,8 +125,7 @@ def update(cfg: CrawlConfig, round_no: int, now: datetime, client: Any = None) -
     fetch_parts = _parts(store, round_no, "fetched")
     fetched_all = _read_with_part(store, fetch_parts)
     # without the text and title: the parse tasks wrote them to the text files (crawl.index.write_part_texts);
-    # the columns named: a part file of a round parsed before PAGE_PART_SCHEMA still holds them
-    pages = store.read_tables(_parts(store, round_no, "pages"), PAGE_PART_SCHEMA, columns=index.INDEX_PAGE_COLUMNS)
+    pages = read_pages(store, round_no)
     # the health gate first: merge_shard reads it (a degraded round's failures do not count towards gone)
     planned = int((store.read_json(store.round_dir(round_no, "generate.json")) or {}).get("urls", 0))
     round_health = health.assess(cfg, planned, fetched_all, reached_hosts(store, round_no - 1))

@@ -59,7 +59,7 @@ def _prepare(fetched_round, name: str, how: str, client) -> tuple[dict, object, 
     store = Store(cfg.root, cfg.crawl_id)
     links_of = None if how == "whole" else upd._start_link_parts(cfg, store, n, client if how == "dask" else None)
     fetched_all = upd._read_with_part(store, upd._parts(store, n, "fetched"))
-    pages = store.read_tables(upd._parts(store, n, "pages"), upd.PAGE_SCHEMA, columns=upd.index.INDEX_PAGE_COLUMNS)
+    pages = upd.read_pages(store, n)
     stats, graph = upd.prepare(cfg, store, n, fetched_all, pages, links_of)
     written = {}
     for kind in ("fetch", "new", "sitemap"):
