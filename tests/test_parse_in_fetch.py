@@ -8,12 +8,15 @@ the real simulated web (hostile hosts included: gzip bomb, truncated and reset b
 
 from __future__ import annotations
 
+import re
 import time
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from test_fetch import cfg_for, fetchlist, host_urls
 from test_ftp import HOST, _start
 
@@ -77,6 +80,25 @@ def test_stored_headers_are_what_the_warc_read_back_gives(tmp_path: Path) -> Non
     assert ours[:3] == back[:3]
     assert ours[3:] == [None] * 3 and all(b != h + [("Content-Length", "11")] for b, h in zip(back[3:], cases[3:],
                                                                                              strict=True))
+
+
+# the rule stored_response_headers vouches by, as a regular expression (its earlier implementation)
+_VERBATIM_REF = re.compile(r"[\x21-\x7e]([\x20-\x7e\t]*[\x21-\x7e])?|")
+_EDGES = st.sampled_from(["a", "Z", "~", "!", " ", "\t", "\n", "\r", "\x00", "\x1f", "\x7f", "\x80", "\xe9", "\u2028",
+                          "\U0001f600"])
+
+
+@settings(max_examples=3000, deadline=None)
+@given(st.lists(st.tuples(st.text(_EDGES, max_size=5) | st.text(max_size=5),
+                          st.text(_EDGES, max_size=6) | st.text(max_size=6)), max_size=4))
+def test_stored_headers_vouch_exactly_by_the_verbatim_rule(headers: list[tuple[str, str]]) -> None:
+    """The str-method check gives the headers back exactly when every name and value matches the
+    reference expression (printable ASCII and inner tabs, no space or tab at either end), else None."""
+    ours = stored_response_headers(headers, 11)
+    out = [(("X-Crawler-" + k) if k.lower() in ("content-encoding", "transfer-encoding", "content-length")
+            else k, v) for k, v in headers] + [("Content-Length", "11")]
+    ok = all(_VERBATIM_REF.fullmatch(k) and _VERBATIM_REF.fullmatch(v) for k, v in out)
+    assert ours == (out if ok else None)
 
 
 def test_held_bodies_equal_the_warc_read_back_also_after_a_resume(simweb, tmp_path: Path) -> None:
