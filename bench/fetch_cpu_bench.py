@@ -144,6 +144,9 @@ def main() -> None:
                     help="checkpoint every N rows, as a round's fetch task (default 0: as crawl_bench's fetch-only call)")
     ap.add_argument("--hold", action="store_true",
                     help="keep bodies for the parse (hold_bytes) with a stop check, as the fetch+parse task")
+    ap.add_argument("--task-ab", action="store_true",
+                    help="this tree twice: the fetch-only call (baseline) against the fetch+parse task's call "
+                         "(current: --hold and checkpoints every --checkpoint-every or 500 rows)")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--fetchlist", default="", help=argparse.SUPPRESS)
     ap.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
@@ -191,18 +194,22 @@ def main() -> None:
                   f"loop thread {1000 * r['loop_cpu_s'] / max(r['fetched'], 1):.3f}, "
                   f"GC by generation {[round(1000 * g / max(r['fetched'], 1), 4) for g in r['gc_s']]}")
             return
-        sides = [("current", REPO)]
-        if args.baseline_rev:
+        # (name, tree, hold, checkpoint every): --task-ab compares this tree's fetch-only call
+        # ("baseline") with the call the fetch+parse task makes ("current": bodies held, checkpoints)
+        sides = [("current", REPO, args.hold or args.task_ab, args.checkpoint_every or 500 * args.task_ab)]
+        if args.task_ab:
+            sides.insert(0, ("baseline", REPO, False, 0))
+        elif args.baseline_rev:
             base_tree = Path(args.baseline_rev)  # a directory holding crawl/ (a snapshot), else a git revision
             sides.insert(0, ("baseline", base_tree if (base_tree / "crawl").is_dir()
-                             else tree_at(args.baseline_rev, work / "baseline-tree")))
-        cpu: dict[str, list[float]] = {name: [] for name, _ in sides}
-        loop: dict[str, list[float]] = {name: [] for name, _ in sides}
-        rate: dict[str, list[float]] = {name: [] for name, _ in sides}
+                             else tree_at(args.baseline_rev, work / "baseline-tree"), args.hold,
+                             args.checkpoint_every))
+        cpu: dict[str, list[float]] = {side[0]: [] for side in sides}
+        loop: dict[str, list[float]] = {side[0]: [] for side in sides}
+        rate: dict[str, list[float]] = {side[0]: [] for side in sides}
         for rep in range(args.reps):
-            for name, tree in (sides if rep % 2 == 0 else sides[::-1]):
-                r = spawn(tree, fl_path, port, work / f"{name}{rep}", f"warc/{name}{rep}", args.checkpoint_every,
-                          args.hold)
+            for name, tree, hold, every in (sides if rep % 2 == 0 else sides[::-1]):
+                r = spawn(tree, fl_path, port, work / f"{name}{rep}", f"warc/{name}{rep}", every, hold)
                 ms = 1000 * r["cpu_s"] / max(r["fetched"], 1)
                 lms = 1000 * r.get("loop_cpu_s", 0.0) / max(r["fetched"], 1)
                 cpu[name].append(ms)
@@ -213,16 +220,16 @@ def main() -> None:
                 shutil.rmtree(work / f"{name}{rep}", ignore_errors=True)
         cur = statistics.median(cpu["current"])
         line = f"RESULT fetch_cpu_ms_per_page={cur:.3f}"
-        if args.baseline_rev:
+        if len(sides) > 1:
             base = statistics.median(cpu["baseline"])
             line += f" baseline={base:.3f} ratio={base / cur:.2f}"
         lcur = statistics.median(loop["current"])
         line += f" loop_ms_per_page={lcur:.3f}"
-        if args.baseline_rev:
+        if len(sides) > 1:
             lbase = statistics.median(loop["baseline"])
             line += f" loop_baseline={lbase:.3f} loop_ratio={lbase / lcur:.2f}"
             print(f"pages/s median: current {statistics.median(rate['current']):.0f}, "
-                  f"baseline {statistics.median(rate['baseline']):.0f} ({args.baseline_rev})")
+                  f"baseline {statistics.median(rate['baseline']):.0f} ({args.baseline_rev or 'fetch-only call'})")
         print(line + f" load={load0:.1f}-{os.getloadavg()[0]:.1f}")
     finally:
         stop_process(proc)

@@ -26,6 +26,7 @@ import functools
 import hashlib
 import io
 import os
+import re
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -158,13 +159,7 @@ def _response_headers(headers: list[tuple[str, str]], payload_len: int) -> list[
     return out
 
 
-def _verbatim(text: str) -> bool:
-    """Does ``text`` survive the record round trip as is: empty, or printable ASCII and tabs that
-    neither start nor end with a space or tab (``[\\x21-\\x7e]([\\x20-\\x7e\\t]*[\\x21-\\x7e])?``).
-    Written with str methods rather than that regular expression: it runs for every header of every
-    held page on the fetch loop, and a regex match costs several times as much."""
-    return not text or (text.isascii() and text[0] not in " \t" and text[-1] not in " \t"
-                        and (text.isprintable() or text.replace("\t", " ").isprintable()))
+_VERBATIM = re.compile(r"[\x21-\x7e]([\x20-\x7e\t]*[\x21-\x7e])?|")
 
 
 def stored_response_headers(headers: list[tuple[str, str]], payload_len: int) -> list[tuple[str, str]] | None:
@@ -179,7 +174,7 @@ def stored_response_headers(headers: list[tuple[str, str]], payload_len: int) ->
     """
     out = _response_headers(headers, payload_len)
     for name, value in out:
-        if not (_verbatim(name) and _verbatim(value)):
+        if not (_VERBATIM.fullmatch(name) and _VERBATIM.fullmatch(value)):
             return None
     return out
 

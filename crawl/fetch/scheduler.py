@@ -76,10 +76,7 @@ class _Slot:
         return None
 
     def has_work(self) -> bool:
-        for h in self.hosts:  # a loop, not any(generator): asked several times per request
-            if h.queue and not h.closed:
-                return True
-        return False
+        return any(h.queue and not h.closed for h in self.hosts)
 
 
 @dataclass
