@@ -11,11 +11,14 @@ from this work tree ("current") or ``git archive`` of ``--baseline-rev`` ("basel
 - **parse**: ``crawl.tasks.parse_task`` of one partition (the pages read back from its WARC file,
   parsed, pages + raw links + text and images files written), process CPU; ``write_table`` CPU is
   the Parquet writes' part of it.
+- **digests**: a recrawl's fetch task asks its known digests (``crawl.digests``, on the writer
+  thread) about every new or changed page; CPU of the first miss (it loads the stored keys of
+  ``--digests`` captures) and per later miss.
 
     python bench/writes_bench.py --hosts 60 --reps 3 --baseline-rev main
 
 Ends with ``RESULT warc_ms_per_page=… baseline=… ratio=… parse_task_ms_per_page=… baseline=… ratio=…
-parquet_ms_per_page=… baseline=…`` (medians; ratio = baseline / current, > 1 means less CPU now).
+parquet_ms_per_page=… … digest_miss_us=… … digest_first_lookup_s=… …`` (medians; ratio = baseline / current, > 1 means less CPU now).
 """
 
 from __future__ import annotations
@@ -125,6 +128,43 @@ def parse_cpu(root: Path) -> tuple[float, float, int]:
     return time.process_time() - c, spent[0], int(stats["pages"])
 
 
+def prepare_digests(root: Path, n: int) -> None:
+    """A digest table of ``n`` stored captures (round 1's file), as update leaves it."""
+    import hashlib
+
+    import pyarrow as pa
+
+    from crawl.digests import DIGESTS_SCHEMA
+    from crawl.fingerprint import payload_digest
+    from crawl.store import Store
+
+    store = Store(str(root), "bench")
+    digests = [payload_digest(hashlib.sha1(i.to_bytes(8, "big")).digest()) for i in range(n)]
+    store.write_table(store.digests_file(1), pa.table({
+        "payload_digest": digests, "url": [f"http://h{i % 300}.sim.test/p{i}" for i in range(n)],
+        "fetch_time": pa.array([T0] * n, pa.timestamp("ms", tz="UTC"))}).cast(DIGESTS_SCHEMA))
+
+
+def digests_cpu(root: Path, misses: int = 2000) -> tuple[float, float]:
+    """(CPU s of the first lookup, which reads the stored keys; CPU µs per later miss) of a fetch
+    task's known digests (round 2 over round 1's table), for digests of new pages."""
+    import pyarrow as pa
+
+    from crawl.digests import load_known_digests
+    from crawl.fingerprint import payload_digest
+    from crawl.store import Store
+
+    known = load_known_digests(Store(str(root), "bench"), 1, pa.array([None], pa.string()))
+    new = [payload_digest(b"new page %d" % i) for i in range(misses + 1)]
+    c = time.thread_time()
+    known.get(new[0])
+    first = time.thread_time() - c
+    c = time.thread_time()
+    for d in new[1:]:
+        known.get(d)
+    return first, 1e6 * (time.thread_time() - c) / misses
+
+
 def child(args: argparse.Namespace) -> None:
     pages = _pages(args.hosts)
     work = Path(args.work)
@@ -132,8 +172,10 @@ def child(args: argparse.Namespace) -> None:
     warc = min(warc_cpu(work, pages) for _ in range(2))
     parse_cpu(Path(args.root))  # warm-up: parser imports and caches
     parse, writes, n = min(parse_cpu(Path(args.root)) for _ in range(2))
+    first, miss = min(digests_cpu(Path(args.root)) for _ in range(2))
     print("CHILD " + json.dumps({"warc_ms": 1000 * warc / len(pages), "parse_ms": 1000 * parse / n,
-                                 "parquet_ms": 1000 * writes / n, "pages": n}), flush=True)
+                                 "parquet_ms": 1000 * writes / n, "pages": n, "digest_load_s": first,
+                                 "digest_miss_us": miss}), flush=True)
 
 
 def tree_at(rev: str, dest: Path) -> Path:
@@ -160,6 +202,7 @@ def main() -> None:
     ap.add_argument("--hosts", type=int, default=60, help="simulated hosts (~20 pages each, HTML kept)")
     ap.add_argument("--reps", type=int, default=3, help="runs per side (alternated with --baseline-rev)")
     ap.add_argument("--baseline-rev", default="", help="also run crawl/ of this git revision, alternated")
+    ap.add_argument("--digests", type=int, default=200_000, help="stored payload digests (the table a recrawl reads)")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--work", default="", help=argparse.SUPPRESS)
     ap.add_argument("--root", default="", help=argparse.SUPPRESS)
@@ -174,13 +217,15 @@ def main() -> None:
             sides.insert(0, ("baseline", tree_at(args.baseline_rev, tmp / "baseline-tree")))
         root = tmp / "root"
         prepare_partition(root, _pages(args.hosts))
+        prepare_digests(root, args.digests)
         got: dict[str, list[dict]] = {name: [] for name, _ in sides}
         for rep in range(args.reps):
             for name, tree in sides:
                 r = spawn(tree, args, tmp / f"w-{name}", root)
                 got[name].append(r)
                 print(f"rep {rep + 1} {name:8s} warc {r['warc_ms']:.4f} ms/page  parse_task {r['parse_ms']:.4f} "
-                      f"(Parquet writes {r['parquet_ms']:.4f}) ms/page  {r['pages']} pages  "
+                      f"(Parquet writes {r['parquet_ms']:.4f}) ms/page  {r['pages']} pages  digests: first "
+                      f"lookup {r['digest_load_s']:.3f} s, then {r['digest_miss_us']:.1f} µs a miss  "
                       f"load {os.getloadavg()[0]:.1f}", flush=True)
 
         def med(name: str, key: str) -> float:
@@ -188,7 +233,8 @@ def main() -> None:
 
         line = "RESULT"
         for key, label in (("warc_ms", "warc_ms_per_page"), ("parse_ms", "parse_task_ms_per_page"),
-                           ("parquet_ms", "parquet_ms_per_page")):
+                           ("parquet_ms", "parquet_ms_per_page"), ("digest_miss_us", "digest_miss_us"),
+                           ("digest_load_s", "digest_first_lookup_s")):
             line += f" {label}={med('current', key):.4f}"
             if args.baseline_rev:
                 line += f" baseline={med('baseline', key):.4f} ratio={med('baseline', key) / med('current', key):.2f}"

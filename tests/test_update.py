@@ -16,6 +16,8 @@ from urllib.parse import urlsplit
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from crawl import crawldb
 from crawl import round as rnd
@@ -200,6 +202,67 @@ def test_fetch_task_reads_only_the_digests_of_its_fetch_list(tmp_path):
     assert got["sha1:NEW"] == ("http://x.test/", "2026-01-02T00:00:00+00:00")
     assert load_known_digests(store, 3, pa.array([None], pa.string())) == {}
     assert load_known_digests(store, 2, wanted) == {}  # no table at that version
+
+
+def _real_digest(i: int) -> tuple[str, bytes]:
+    import hashlib
+
+    from crawl.fingerprint import payload_digest
+
+    body = f"page body {i}".encode()
+    return payload_digest(body), hashlib.sha1(body).digest()
+
+
+def test_stored_digests_are_found_by_key_and_a_miss_reads_no_file(tmp_path):
+    """KnownDigests over real SHA-1 digests in three rounds' files: each stored digest is found with
+    its first capture (as the whole table read by pyarrow has it) after one file read; a digest that
+    is not stored is answered from the keys alone, without reading the file."""
+    import pyarrow as pa
+
+    from crawl.digests import KnownDigests
+    from crawl.tasks import DIGESTS_SCHEMA, load_known_digests
+
+    store = Store(str(tmp_path), "dk")
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
+    for v in (1, 2, 3):
+        ids = range((v - 1) * 400, v * 400 + 50)  # 50 digests again in the next round's file (later captures)
+        store.write_table(store.digests_file(v), pa.table({
+            "payload_digest": [_real_digest(i)[0] for i in ids], "url": [f"http://h.test/{v}/{i}" for i in ids],
+            "fetch_time": [t0 + timedelta(days=v, seconds=i) for i in ids]}).cast(DIGESTS_SCHEMA))
+    full = load_known_digests(store, 3)
+    assert len(full) == 1250
+    known = KnownDigests(store, 3, {})
+    for n, i in enumerate(range(0, 1250, 7)):
+        d = _real_digest(i)[0]
+        assert known.get(d) == full[d] and known.file_lookups == n + 1, i
+    before = known.file_lookups
+    assert all(known.get(_real_digest(i)[0]) is None for i in range(5000, 5500))
+    assert known.file_lookups == before  # no key of a fresh digest matched: the file was not read
+    known.close()
+
+
+@given(st.one_of(
+    st.integers(0, 10**6).map(lambda i: _real_digest(i)[0]),
+    st.text(alphabet="ABCDEFGHIJKLMNOPQRSTUVWXYZ234567abz018=:_ é", min_size=0, max_size=40).map(lambda t: "sha1:" + t),
+    st.text(max_size=40)))
+def test_a_digest_key_is_the_same_alone_and_in_a_column(digest: str) -> None:
+    import pyarrow as pa
+
+    from crawl.digests import digest_key, digest_keys
+
+    key = digest_key(digest)
+    column = pa.array(["sha1:" + "A" * 32, digest, None, digest], pa.string())
+    assert digest_keys(column).tolist() == [0, key, 0, key]
+    assert digest_keys(column.slice(1, 1)).tolist() == [key]
+    assert digest_keys(pa.array([digest], pa.large_string())).tolist() == [key]
+
+
+@given(st.integers(0, 10**9))
+def test_a_real_digest_key_is_the_top_60_bits_of_its_sha1(i: int) -> None:
+    from crawl.digests import digest_key
+
+    digest, raw = _real_digest(i)
+    assert digest_key(digest) == int.from_bytes(raw, "big") >> 100 > 0
 
 
 def test_a_round_with_nothing_due_carries_the_crawl_forward(tmp_path):
