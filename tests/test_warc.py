@@ -16,7 +16,7 @@ from pathlib import Path
 
 import fsspec
 import pytest
-from hypothesis import given
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from crawl.fingerprint import b32_sha1, payload_digest
@@ -152,6 +152,34 @@ def test_b32_of_a_digest_is_base64s(digest: bytes) -> None:
 @given(st.binary(min_size=16, max_size=16))
 def test_record_ids_are_uuid4_as_the_uuid_module_spells_them(raw: bytes) -> None:
     assert _uuid4_urn(raw) == f"<urn:uuid:{uuid.UUID(bytes=raw, version=4)}>"
+
+
+_URL_PARTS = st.one_of(st.text(alphabet="aZ09-._~!$&'()*+,;=:@/%?#\\ \"<>`{}|^e2E\u00e9", max_size=24),
+                       st.text(alphabet="aZ09-._~!$&'()*+,;=:@/%e2E", max_size=24).map(lambda t: "/" + t))
+
+
+@given(st.sampled_from(["http", "https", "HTTP", "ftp"]),
+       st.sampled_from(["a.test", "www.ex-ample.co.uk", "A.Test", "xn--caf-dma.test", "1.2.3.4", "a.test:8080",
+                        "a.test:80", "u:p@a.test", "a..test", "a.test.", "a.b1", "x.0x1f", "a_b.test", "999.1.1.1"]),
+       _URL_PARTS, st.one_of(st.none(), _URL_PARTS))
+@example("http", "a.test", "/it's", "a'b")
+@example("http", "a.test", "/a/%2E./b", None)
+@example("https", "a.test", "", "")
+@example("http", "a.test", "/a/..", "x")
+@settings(max_examples=400)
+def test_request_target_equals_the_parsers(scheme: str, host: str, path: str, query: str | None) -> None:
+    """The request line's target (sliced from plain URLs) is what crawl.url.parse_url gives."""
+    from crawl.url import InvalidURL, parse_url
+    from crawl.warc import _request_target
+
+    url = f"{scheme}://{host}{path}" + ("" if query is None else f"?{query}")
+    try:
+        u = parse_url(url)
+    except InvalidURL:
+        with pytest.raises(InvalidURL):
+            _request_target(url)
+        return
+    assert _request_target(url) == (f"{u.path}?{u.query}" if u.query else u.path)
 
 
 def test_written_record_ids_are_distinct_version_4_uuids(tmp_path: Path) -> None:
