@@ -206,6 +206,24 @@ def test_conditional_get(simweb) -> None:
     assert simweb.request(m.url(p), headers={"If-None-Match": '"other"'})[0] == 200
 
 
+def test_launched_web_serves_a_second_pass_from_its_render_cache(simweb, make_simweb) -> None:
+    """Benchmarks pass over the same pages again (warm-up, ceilings, our crawl): the server launched for
+    them must answer the second pass without rendering, or it measures its own rendering, not the client."""
+    m = simweb.model
+    urls = [m.url(p) for h in m.good_hosts()[:8] for p in range(h.first, h.first + 5)]
+    from crawl.simweb.launch import RENDER_CACHE_MB
+
+    assert simweb.stats()["cache_limit_bytes"] == RENDER_CACHE_MB << 20
+    tiny = make_simweb(extra_args=("--render-cache-mb", "0"))  # the last --render-cache-mb given wins
+    for sw, grows in ((simweb, False), (tiny, True)):
+        for u in urls:
+            sw.request(u)
+        first = sw.stats()["cache_misses"]
+        for u in urls:
+            sw.request(u)
+        assert (sw.stats()["cache_misses"] > first) is grows, (grows, first)
+
+
 # ---- section 4: duplicates -------------------------------------------------------------------------------
 def test_mirrors_serve_identical_bytes(simweb) -> None:
     m = simweb.model

@@ -45,6 +45,9 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--spa-hosts", type=int, default=0,
                    help="serve N script-built hosts spa-NNN.sim.test, linked from good hosts' home pages "
                         "(crawl/simweb/spa.py; default 0)")
+    s.add_argument("--render-cache-mb", type=int, default=256,
+                   help="memory for rendered page bodies (LRU, default 256); a benchmark whose pages do not fit "
+                        "re-renders every page it asks for and measures the server's rendering, not the crawler")
     s.add_argument("--origin-bait", action="store_true",
                    help="serve the politeness/robots-scope bait hosts (spellings.sim.test, robots-429, "
                         "robots-hop-N); with --bind 127.0.0.1,::1 also [::1]")
@@ -83,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
         task = asyncio.create_task(run(model, a.port, a.access_log, a.bind, clock, stop, ready,
                                        stall_s=a.stall_seconds, robots_timeout_s=a.robots_timeout_seconds,
                                        canary_port=a.canary_port, origin_bait=a.origin_bait,
-                                       spa_hosts=a.spa_hosts))
+                                       spa_hosts=a.spa_hosts, render_cache_mb=a.render_cache_mb))
         done, _ = await asyncio.wait({task, ready}, return_when=asyncio.FIRST_COMPLETED)
         if ready in done:
             port, _srv = ready.result()

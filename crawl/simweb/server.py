@@ -63,7 +63,8 @@ class SimServer:
 
     def __init__(self, model: M.Model, clock: VirtualClock | None = None, access_log: AccessLog | None = None,
                  stall_s: float = 120.0, robots_timeout_s: float = 60.0, slow_s: float = 3.0,
-                 canary_port: int | None = None, origin_bait: bool = False, spa_hosts: int = 0):
+                 canary_port: int | None = None, origin_bait: bool = False, spa_hosts: int = 0,
+                 render_cache_mb: int = 256):
         self.m = model
         self.origin_bait = origin_bait
         self.bait: OriginBait | None = None  # built by set_port() once the listening port is known
@@ -71,7 +72,7 @@ class SimServer:
         self.ssrf = SsrfSite(canary_port, model.seed_urls(3)) if canary_port else None
         self.clock = clock or VirtualClock()
         self.log = access_log or AccessLog(None)
-        self.renderer = Renderer(model)
+        self.renderer = Renderer(model, cache_bytes=render_cache_mb << 20)
         # script-built hosts (crawl.simweb.spa), only when asked for: the model's pages stay as they are
         self.spa = None
         if spa_hosts > 0:
@@ -425,7 +426,8 @@ class SimServer:
                 "requests": self.request_no, "by_status": {str(k): v for k, v in sorted(self.by_status.items())},
                 "in_flight": sum(self.in_flight.values()), "hosts": len(self.m.hosts), "pages": self.m.n_pages,
                 "cache_hits": self.renderer.hits, "cache_misses": self.renderer.misses,
-                "cache_bytes": self.renderer.cached, "uptime_s": time.time() - self.started,
+                "cache_bytes": self.renderer.cached, "cache_limit_bytes": self.renderer.cache_bytes,
+                "uptime_s": time.time() - self.started,
                 "clock": self.clock.state(),
                 "params": {"seed": self.m.params.seed, "hosts": self.m.params.hosts,
                            "pages_per_host": self.m.params.pages_per_host, "epoch0": self.m.params.epoch0},
@@ -448,14 +450,16 @@ class SimServer:
 async def run(model: M.Model, port: int = 0, access_log: str | None = None, bind: str = "127.0.0.1",
               clock: VirtualClock | None = None, stop: asyncio.Event | None = None,
               ready: asyncio.Future | None = None, stall_s: float = 120.0, robots_timeout_s: float = 60.0,
-              canary_port: int | None = None, origin_bait: bool = False, spa_hosts: int = 0) -> None:
+              canary_port: int | None = None, origin_bait: bool = False, spa_hosts: int = 0,
+              render_cache_mb: int = 256) -> None:
     """Serve until ``stop`` is set (or SIGTERM/SIGINT when run from the CLI); flush the log at least 1/s.
 
     ``bind`` may list several addresses (``127.0.0.1,::1``): all listen on one port, the first's.
     """
     log = AccessLog(access_log)
     srv = SimServer(model, clock=clock, access_log=log, stall_s=stall_s, robots_timeout_s=robots_timeout_s,
-                    canary_port=canary_port, origin_bait=origin_bait, spa_hosts=spa_hosts)
+                    canary_port=canary_port, origin_bait=origin_bait, spa_hosts=spa_hosts,
+                    render_cache_mb=render_cache_mb)
     runner = web.AppRunner(srv.app, handler_cancellation=True, shutdown_timeout=1.0, access_log=None)
     await runner.setup()
     addresses = [a.strip() for a in bind.split(",") if a.strip()]
