@@ -421,10 +421,13 @@ _WORD_TABLE = _WORD_LUT.astype(np.uint8).tobytes()
 
 
 def _simhash_batch(batch: list[tuple[int, bytes]], sims: np.ndarray) -> None:
-    idx = np.array([i for i, _ in batch], np.int64)
-    lens = np.array([len(r) for _, r in batch], np.int64)
-    starts = np.zeros(len(batch), np.int64)
-    np.cumsum(lens[:-1] + 1, out=starts[1:])  # each text is followed by one separator byte
+    # bookkeeping of the batch's few texts in Python: a NumPy call costs ~1 us whatever its size, and
+    # a batch of two pages made ~70 of them (bench/RESULTS.md, "Parse CPU, session 5")
+    starts: list[int] = []
+    pos = 0
+    for _, r in batch:
+        starts.append(pos)
+        pos += len(r) + 1  # each text is followed by one separator byte
     # one separator before the batch (the word mask's padding) and one after each text; NUL is not a
     # word byte, so no word spans two texts, and every word ends before the last byte
     joined = _SEP.join([b"", *(r for _, r in batch), b""])
@@ -437,43 +440,51 @@ def _simhash_batch(batch: list[tuple[int, bytes]], sims: np.ndarray) -> None:
     pw, ipw = _powers(big.size)
     # a word's sum(byte * P**position), then shifted to position 0: reduceat over [start, end)
     w = _mix(np.add.reduceat(np.multiply(big, pw[:big.size], dtype=np.uint64), bounds)[0::2] * ipw[ws])
-    text_of = np.searchsorted(starts, ws, side="right") - 1  # batch text of each word
-    same = text_of[:-2] == text_of[2:]  # a shingle's three words belong to one text
-    feats = _mix(w[:-2] * _C1 + w[1:-1] * _C2 + w[2:])[same]
-    nfeat = np.bincount(text_of[:-2][same], minlength=len(batch))
-    has = np.flatnonzero(nfeat)
-    counts = _segment_bit_counts(feats, nfeat[has])
-    fp = np.packbits(counts * 2 > nfeat[has, None], axis=1).view("<u8").ravel()
-    sims[idx[has]] = fp.view(np.int64)
+    if len(batch) == 1:
+        feats = _mix(w[:-2] * _C1 + w[1:-1] * _C2 + w[2:])
+        nfeat = [feats.size]
+    else:
+        text_of = np.searchsorted(np.array(starts), ws, side="right") - 1  # batch text of each word
+        same = text_of[:-2] == text_of[2:]  # a shingle's three words belong to one text
+        feats = _mix(w[:-2] * _C1 + w[1:-1] * _C2 + w[2:])[same]
+        nfeat = np.bincount(text_of[:-2][same], minlength=len(batch)).tolist()
+    rows = [i for (i, _), n in zip(batch, nfeat, strict=True) if n]
+    sizes = [n for n in nfeat if n]
+    if not sizes:
+        return
+    counts = _segment_bit_counts(feats, sizes)
+    fp = np.packbits(counts * 2 > np.array(sizes)[:, None], axis=1).view("<u8").ravel()
+    sims[rows] = fp.view(np.int64)
 
 
-def _segment_bit_counts(feats: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+def _segment_bit_counts(feats: np.ndarray, sizes: list[int]) -> np.ndarray:
     """:func:`_bit_counts` of consecutive runs of ``feats`` (run k has ``sizes[k]`` > 0 elements):
     an int64 array of shape (len(sizes), 64).
 
     The same SWAR as :func:`_bit_counts`: bytes of unpacked bits summed eight at a time as uint64,
     over segments of at most 255 features (no byte lane can carry), then the segments of a run added.
     """
-    first = np.zeros(len(sizes), np.int64)
-    np.cumsum(sizes[:-1], out=first[1:])
-    nseg = -(-sizes // 255)
-    seg_run = np.repeat(np.arange(len(sizes)), nseg)
-    seg_first = np.zeros(len(nseg), np.int64)
-    np.cumsum(nseg[:-1], out=seg_first[1:])
-    seg_start = first[seg_run] + 255 * (np.arange(seg_run.size) - seg_first[seg_run])
+    seg_start: list[int] = []  # first feature of each segment
+    seg_first: list[int] = []  # first segment of each run
+    pos = 0
+    for n in sizes:
+        seg_first.append(len(seg_start))
+        seg_start.extend(range(pos, pos + n, 255))
+        pos += n
     bits = np.unpackbits(feats.astype("<u8", copy=False).view(np.uint8)).view(np.uint64).reshape(feats.size, 8)
     sums = np.add.reduceat(bits, seg_start, axis=0)  # segments x 8 lanes
-    seg_counts = sums.view(np.uint8).reshape(seg_run.size, 64)
+    seg_counts = sums.view(np.uint8).reshape(len(seg_start), 64)
     return np.add.reduceat(seg_counts, seg_first, axis=0, dtype=np.int64)
 
 
 def _mix(x: np.ndarray) -> np.ndarray:
     """SplitMix64 finaliser, vectorised (uint64 arithmetic wraps modulo 2**64)."""
-    x = x ^ (x >> _S30)
-    x = x * _M1
-    x = x ^ (x >> _S27)
-    x = x * _M2
-    return x ^ (x >> _S31)
+    x = x ^ (x >> _S30)  # a new array: the in-place steps below leave the caller's alone
+    x *= _M1
+    x ^= x >> _S27
+    x *= _M2
+    x ^= x >> _S31
+    return x
 
 
 def word_hashes(text: str) -> np.ndarray:
