@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote, unquote
 
+from crawldb_view import crawldb_relation
+
 MIN_CHARTS = 12
 
 
@@ -36,7 +38,7 @@ class CrawlFiles:
         state = root / "state" / f"crawl={crawl_id}"
         self.round = json.loads((state / "CURRENT.json").read_text())["round"]
         self.state = state
-        self.db = f"read_parquet('{state}/crawldb/v={self.round:05d}/*.parquet')"
+        self.db = crawldb_relation(state, self.round)
 
     def fetches(self, r: int | str = "*") -> str:
         rr = r if r == "*" else f"{r:05d}"

@@ -13,6 +13,7 @@ from urllib.parse import quote, unquote
 import pytest
 from airflow_harness import REPO, configure_env
 from browser import artifacts, chromium  # noqa: F401 - fixtures are found by name
+from crawldb_view import crawldb_relation
 from selectolax.lexbor import LexborHTMLParser as HTMLParser
 
 configure_env()  # before anything imports airflow
@@ -106,7 +107,7 @@ def _num(node) -> int:
 
 
 def _db(root: Path, version: int = ROUNDS) -> str:
-    return f"read_parquet('{root}/state/crawl={CRAWL}/crawldb/v={version:05d}/*.parquet')"
+    return crawldb_relation(root / "state" / f"crawl={CRAWL}", version)
 
 
 def _fx(root: Path, r: int | str = "*") -> str:

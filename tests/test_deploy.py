@@ -27,6 +27,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
+from crawldb_view import crawldb_relation  # noqa: E402
 from deploy_local import Deployment  # noqa: E402
 
 pytestmark = [pytest.mark.e2e, pytest.mark.deploy, pytest.mark.timeout(900)]
@@ -272,7 +273,7 @@ def test_deployment_crawls_to_s3_and_survives_a_killed_worker(deployment, simweb
 
     summary = api.json(f"/crawl/crawls/{CRAWL}")
     assert summary["last_round"] == 2
-    crawldb = f"{root}/state/crawl={CRAWL}/crawldb/v=00002/*.parquet"
+    crawldb = crawldb_relation(f"{root}/state/crawl={CRAWL}", 2)
     counts = con.sql(f"""
         SELECT count(*) AS known,
                count(*) FILTER (WHERE status IN ('fetched', 'not_modified')) AS fetched,
@@ -280,11 +281,11 @@ def test_deployment_crawls_to_s3_and_survives_a_killed_worker(deployment, simweb
                count(*) FILTER (WHERE status IN ('retry', 'http_error')) AS failed,
                count(*) FILTER (WHERE status = 'gone') AS gone,
                count(*) FILTER (WHERE status IN ('duplicate', 'near_duplicate')) AS duplicates
-        FROM read_parquet('{crawldb}')""").fetchall()[0]
+        FROM {crawldb}""").fetchall()[0]
     keys = ("known", "fetched", "queued", "failed", "gone", "duplicates")
     assert {k: summary[k] for k in keys} == dict(zip(keys, counts, strict=True))
     # every page the CrawlDb calls fetched has a capture in the index
-    db_fetched = {u for (u,) in con.sql(f"SELECT url FROM read_parquet('{crawldb}') "
+    db_fetched = {u for (u,) in con.sql(f"SELECT url FROM {crawldb} "
                                         "WHERE status IN ('fetched', 'not_modified')").fetchall()}
     assert db_fetched and db_fetched <= {r["url"] for r in rows if r["subset"] == "warc"}
 
@@ -322,7 +323,7 @@ def test_deployment_crawls_to_s3_and_survives_a_killed_worker(deployment, simweb
     # no URL of round 2's fetch list is lost: the CrawlDb touched each in round 2
     fetchlist = f"{root}/state/crawl={CRAWL}/rounds/00002/fetchlist/*.parquet"
     listed = {u for (u,) in con.sql(f"SELECT url FROM read_parquet('{fetchlist}')").fetchall()}
-    touched = {u for (u,) in con.sql(f"SELECT url FROM read_parquet('{crawldb}') WHERE round = 2").fetchall()}
+    touched = {u for (u,) in con.sql(f"SELECT url FROM {crawldb} WHERE round = 2").fetchall()}
     assert listed and not (listed - touched), sorted(listed - touched)[:5]
 
     # politeness, judged from the server's access log (both rounds, the killed attempt included)

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from airflow_harness import configure_env, start_standalone
+from crawldb_view import crawldb_relation
 
 configure_env()
 
@@ -125,10 +126,11 @@ def test_crawl_through_airflow(airflow, site, budget) -> None:
     status, raw, _ = call("GET", f"/crawl/crawls/{CRAWL}", token=token)
     assert status == 200, raw
     summary = json.loads(raw)
-    crawldb = sorted((root / "state" / f"crawl={CRAWL}" / "crawldb").iterdir())[-1]
+    state = root / "state" / f"crawl={CRAWL}"
+    version = int(sorted((state / "crawldb").iterdir())[-1].name.removeprefix("v="))
     known, fetched = duckdb.sql(
         f"SELECT count(*), count(*) FILTER (WHERE status IN ('fetched', 'not_modified')) "
-        f"FROM read_parquet('{crawldb}/*.parquet')").fetchall()[0]
+        f"FROM {crawldb_relation(state, version)}").fetchall()[0]
     assert (summary["known"], summary["fetched"], summary["last_round"]) == (known, fetched, 1)
     assert fetched == 2
 

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import duckdb
 import pytest
+from crawldb_view import crawldb_relation
 from selectolax.lexbor import LexborHTMLParser as HTMLParser
 
 from crawl import report
@@ -68,8 +69,8 @@ def _fetch_glob(cfg, r: int | str = "*") -> str:
     return f"{cfg.root}/state/crawl={CRAWL}/rounds/{rr}/fetched/part=*.parquet"
 
 
-def _db_glob(cfg, v: int) -> str:
-    return f"{cfg.root}/state/crawl={CRAWL}/crawldb/v={v:05d}/*.parquet"
+def _db(cfg, v: int) -> str:
+    return crawldb_relation(f"{cfg.root}/state/crawl={CRAWL}", v)
 
 
 def _index(cfg, subset: str, r: int) -> str:
@@ -101,7 +102,7 @@ def test_per_round_series_matches_duckdb(crawled):
                      f"AND http_status IN (429, 503)")[0][0]
         assert row["errors_by_class"]["slow down (429/503)"] == slow
         # new URLs: rows of the latest CrawlDb first seen in this round
-        new = _duck(f"SELECT count(*) FROM read_parquet('{_db_glob(cfg, ROUNDS)}') WHERE discovered_round = {r}")[0][0]
+        new = _duck(f"SELECT count(*) FROM {_db(cfg, ROUNDS)} WHERE discovered_round = {r}")[0][0]
         assert row["new_urls"] == new
         assert row["duplicates"] == _index_rows(cfg, "warc", r, "crawl_status = 'duplicate'")
         assert row["near_duplicates"] == _index_rows(cfg, "warc", r, "crawl_status = 'near_duplicate'")
@@ -111,7 +112,7 @@ def test_per_round_series_matches_duckdb(crawled):
     assert rows[0]["fetched"] == 6 and sum(r["fetched"] for r in rows) > 150
     assert rows[-1]["refetch_changed"] + rows[-1]["refetch_unchanged"] > 0  # round 3 re-fetched pages
     assert sum(r["new_urls"] for r in rows) == _duck(
-        f"SELECT count(*) FROM read_parquet('{_db_glob(cfg, ROUNDS)}')")[0][0]
+        f"SELECT count(*) FROM {_db(cfg, ROUNDS)}")[0][0]
 
 
 def test_politeness_wait_and_request_time_add_up_to_the_gaps_the_delay_forces(crawled):
@@ -133,7 +134,7 @@ def test_politeness_wait_and_request_time_add_up_to_the_gaps_the_delay_forces(cr
 def test_status_and_freshness_as_of_a_round_match_duckdb(crawled, as_of):
     cfg = crawled
     view = report.open_view(cfg.root, CRAWL, as_of)
-    db = f"read_parquet('{_db_glob(cfg, as_of)}')"
+    db = _db(cfg, as_of)
     expect = dict(_duck(f"SELECT status, count(*) FROM {db} GROUP BY 1"))
     assert {s["status"]: s["urls"] for s in report.status_breakdown(view)} == expect
     fresh = report.freshness(view)
@@ -160,8 +161,8 @@ def test_hosts_match_duckdb_and_the_simulated_webs_crawl_delays(crawled, simweb)
         SELECT host, count(*) FILTER (WHERE status = 'fetched'),
                count(*) FILTER (WHERE status IN ('retry', 'http_error', 'gone')),
                count(*) FILTER (WHERE http_status IN (429, 503) OR error = 'host_backoff') FROM {fx} GROUP BY 1""")}
-    known = dict(_duck(f"SELECT host, count(*) FROM read_parquet('{_db_glob(cfg, ROUNDS)}') GROUP BY 1"))
-    denied = dict(_duck(f"SELECT host, count(*) FROM read_parquet('{_db_glob(cfg, ROUNDS)}') "
+    known = dict(_duck(f"SELECT host, count(*) FROM {_db(cfg, ROUNDS)} GROUP BY 1"))
+    denied = dict(_duck(f"SELECT host, count(*) FROM {_db(cfg, ROUNDS)} "
                         f"WHERE status = 'robots_denied' GROUP BY 1"))
     assert {h["host"] for h in rows} == set(known) | set(expect)
     for h in rows:
@@ -205,9 +206,9 @@ def test_queue_holds_what_the_frontier_takes_next(crawled, simweb, tmp_path):
     assert gen["urls"] == len(selected) > 0
     assert {u for (u,) in selected} <= due
     # and nothing is due that the CrawlDb does not schedule by then
-    late = _duck(f"SELECT count(*) FROM read_parquet('{_db_glob(cfg, ROUNDS)}') WHERE next_fetch_time > ?",
+    late = _duck(f"SELECT count(*) FROM {_db(cfg, ROUNDS)} WHERE next_fetch_time > ?",
                  [at + timedelta(seconds=1)])[0][0]
-    assert len(due) + late <= _duck(f"SELECT count(*) FROM read_parquet('{_db_glob(cfg, ROUNDS)}')")[0][0]
+    assert len(due) + late <= _duck(f"SELECT count(*) FROM {_db(cfg, ROUNDS)}")[0][0]
 
 
 def test_capture_history_and_stored_bodies(crawled, simweb):
@@ -259,7 +260,7 @@ def test_report_file_from_the_cli_is_self_contained_and_matches_duckdb(crawled):
                         f"AND subset IN ('warc', 'crawldiagnostics')")[0][0]
         cell = doc.css_first(f'table#rounds tr[data-round="{r}"] td[data-k="fetched"]')
         assert int(cell.text().replace(",", "")) == fetched
-    known = _duck(f"SELECT count(*) FROM read_parquet('{_db_glob(cfg, ROUNDS)}')")[0][0]
+    known = _duck(f"SELECT count(*) FROM {_db(cfg, ROUNDS)}")[0][0]
     assert doc.css_first('#tiles [data-k="known"] .v').text().replace(",", "") == str(known)
     # a given round: written (again) as of that round; a round not published: exit 2, nothing written
     proc = _cli("--root", cfg.root, "--crawl-id", CRAWL, "--round", "2")
