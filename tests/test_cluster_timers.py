@@ -1,4 +1,5 @@
-"""The embedded cluster's workers run with crawl.cluster.EMBEDDED_WORKER_CONFIG (fewer timer wake-ups).
+"""The embedded cluster's workers run with crawl.cluster.EMBEDDED_WORKER_CONFIG (fewer timer wake-ups,
+glibc's dynamic malloc thresholds, single-threaded math libraries).
 
 Why a test: the settings reach a worker only if the Nanny that spawns it is created inside the config
 block; read back from the worker processes themselves (dask's config there), not from our module.
@@ -15,7 +16,7 @@ from crawl.config import load_config
 def _worker_settings(keys: list[str]) -> dict[str, object]:
     import dask
 
-    return {k: dask.config.get(k) for k in keys} | {"pid": os.getpid()}
+    return {k: dask.config.get(k) for k in keys} | {"pid": os.getpid(), "environ": dict(os.environ)}
 
 
 def test_embedded_workers_run_with_fewer_timers(tmp_path):
@@ -30,4 +31,10 @@ def test_embedded_workers_run_with_fewer_timers(tmp_path):
         "distributed.admin.tick.interval": "1s",
         "distributed.worker.memory.monitor-interval": "1s",
         "distributed.admin.system-monitor.interval": "2s",
+        "distributed.nanny.pre-spawn-environ": {"OMP_NUM_THREADS": 1, "MKL_NUM_THREADS": 1, "OPENBLAS_NUM_THREADS": 1},
     }
+    # the worker process's own environment, as glibc and the math libraries read it at start: one
+    # thread each, and no fixed malloc trim threshold (distributed's default sets 65536)
+    env = got[0]["environ"]
+    assert "MALLOC_TRIM_THRESHOLD_" not in env
+    assert [env.get(v) for v in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")] == ["1", "1", "1"]
