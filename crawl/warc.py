@@ -359,7 +359,8 @@ class WarcFile:
         browser built from a response; ``WARC-Refers-To`` names that response record."""
         digest = payload_digest(payload)
         fields = _warc_fields(fetch_time, None, (("WARC-Refers-To", refers_to), ("WARC-Payload-Digest", digest)))
-        fields += [("WARC-Type", "conversion"), ("WARC-Target-URI", url), ("WARC-Block-Digest", _sha1(payload))]
+        # the block is the payload: its digest is the payload digest (one SHA-1 pass, as for resources)
+        fields += [("WARC-Type", "conversion"), ("WARC-Target-URI", url), ("WARC-Block-Digest", digest)]
         return self._write(fields, content_type, payload, digest)
 
     def close(self) -> None:
