@@ -12,6 +12,8 @@ from datetime import UTC, datetime
 
 import pyarrow as pa
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from crawl.index import INDEX_SCHEMA, build_index
 from crawl.records import FETCH_SCHEMA, PAGE_SCHEMA
@@ -125,3 +127,50 @@ def test_common_crawl_column_names_order_and_types() -> None:
               "content_mime_type", "content_mime_detected", "content_charset", "content_languages",
               "content_truncated", "warc_filename", "warc_record_offset", "warc_record_length", "warc_segment"):
         assert c in ours, c
+
+
+def _texts_and_images(store, fetched: pa.Table, pages: pa.Table, via_sql: bool) -> tuple[list, list]:
+    from crawl.index import IMAGES_SCHEMA, TEXT_SCHEMA, _texts_by_duckdb, write_part_texts
+
+    if via_sql:
+        text, images = _texts_by_duckdb(fetched, pages, 4)
+        text, images = text.select(TEXT_SCHEMA.names).cast(TEXT_SCHEMA), images.select(IMAGES_SCHEMA.names).cast(IMAGES_SCHEMA)
+    else:
+        write_part_texts(store, 4, 0, fetched, pages)
+        text = store.read_table(store.staged(4, store.text_file(4, 0)))
+        images = store.read_table(store.staged(4, store.images_file(4, 0)))
+        assert text.schema.equals(TEXT_SCHEMA) and images.schema.equals(IMAGES_SCHEMA)
+    key = lambda r: (r["url_hash"], r["fetch_time"], r["url"])  # noqa: E731 - a sort key
+    return sorted(text.to_pylist(), key=key), sorted(images.to_pylist(), key=key)
+
+
+@given(st.lists(st.tuples(st.integers(0, 12), st.sampled_from(["fetched", "redirect", "retry"]),
+                          st.sampled_from(["response", "resource", "revisit", None]),
+                          st.integers(0, 10**6)), max_size=30),
+       st.lists(st.tuples(st.integers(0, 12), st.booleans(), st.text(max_size=8)), max_size=20))
+@settings(max_examples=150, deadline=None)
+def test_text_and_images_files_are_the_inner_join_of_pages_and_stored_captures(tmp_path_factory, fetch_rows,
+                                                                               page_rows) -> None:
+    """write_part_texts (Arrow, no copy of the text into a database) against the SQL inner join it
+    replaced: the same rows, for pages without a capture, captures without a page, revisits and
+    failures, and URLs with several captures."""
+    from crawl.store import Store
+
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
+    frows = []
+    for h, status, wtype, ms in fetch_rows:
+        r = {f.name: None for f in FETCH_SCHEMA}
+        r.update(url=f"http://h.test/{h}", url_hash=h, status=status, warc_type=wtype,
+                 fetch_time=datetime.fromtimestamp(t0.timestamp() + ms / 1000, UTC), payload_digest=f"sha1:{ms}")
+        frows.append(r)
+    prows = []
+    for h, image, text in page_rows:
+        r = {f.name: None for f in PAGE_SCHEMA}
+        r.update(url=f"http://h.test/{h}", url_hash=h, text=text, title=text[:3], text_length=len(text),
+                 page_count=len(text) or None, image_format="PNG" if image else None,
+                 image_width=3 if image else None, content_languages="en")
+        prows.append(r)
+    fetched = pa.Table.from_pylist(frows, schema=FETCH_SCHEMA)
+    pages = pa.Table.from_pylist(prows, schema=PAGE_SCHEMA)
+    store = Store(str(tmp_path_factory.mktemp("texts")), "tx")
+    assert _texts_and_images(store, fetched, pages, False) == _texts_and_images(store, fetched, pages, True)
