@@ -20,7 +20,7 @@ import pyarrow.compute as pc
 import pytest
 from simlog import first_request_after, log_figures, rerun_partition_waits
 
-from crawl import crawldb, lease
+from crawl import crawldb, lease, query
 from crawl import round as rnd
 from crawl.config import load_config
 from crawl.simweb.accesslog import read_log
@@ -503,6 +503,10 @@ def test_disk_full_during_fetch_is_not_retried_blindly(make_simweb, small_disk, 
     assert not list(Path(cfg.root).glob("state/crawl=res/rounds/00002/checkpoints/*"))
     assert _check_warc_pointers(cfg, 2) > 20
     assert _state(cfg) == _state(ref)
+    # the text users read (crawl query's text view) holds the same pages, resumed or not
+    texts = [set(query.connect(c.root, c.crawl_id).sql("SELECT url, title FROM text WHERE round = 2").fetchall())
+             for c in (cfg, ref)]
+    assert len(texts[1]) > 20 and texts[0] == texts[1], (len(texts[0]), len(texts[1]))
 
 
 def test_killed_mid_fetch_resumes_from_checkpoints(make_simweb, tmp_path):
@@ -545,3 +549,7 @@ def test_killed_mid_fetch_resumes_from_checkpoints(make_simweb, tmp_path):
     assert total["repeated"] - undisturbed["repeated"] <= bound
     assert _check_warc_pointers(cfg, 2) > 20
     assert _state(cfg) == _state(ref)
+    # the text users read (crawl query's text view) holds the same pages, resumed or not
+    texts = [set(query.connect(c.root, c.crawl_id).sql("SELECT url, title FROM text WHERE round = 2").fetchall())
+             for c in (cfg, ref)]
+    assert len(texts[1]) > 20 and texts[0] == texts[1], (len(texts[0]), len(texts[1]))
