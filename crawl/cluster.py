@@ -40,7 +40,7 @@ EMBEDDED_WORKER_CONFIG: dict[str, Any] = {
     # distributed's default environment of a worker process minus MALLOC_TRIM_THRESHOLD_=65536: a fixed
     # trim threshold also pins glibc's mmap threshold at 128 KiB, so every larger buffer (response
     # bodies, WARC and Parquet buffers) is mmap'd, faulted in and unmapped again; with glibc's dynamic
-    # thresholds the fetch+parse task cost ~0.1 ms CPU per page less (bench/dask_gap_bench.py,
+    # thresholds the fetch+parse task cost 0.066 ms CPU per page less (12 alternated reps, bench/dask_gap_bench.py;
     # bench/RESULTS.md "Dask workers vs plain processes"). Given up: freed memory goes back to the OS
     # later (the workers' RSS reads higher between tasks); the math libraries stay single-threaded.
     "distributed.nanny.pre-spawn-environ": {"OMP_NUM_THREADS": 1, "MKL_NUM_THREADS": 1, "OPENBLAS_NUM_THREADS": 1},
