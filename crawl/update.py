@@ -124,7 +124,7 @@ def update(cfg: CrawlConfig, round_no: int, now: datetime, client: Any = None) -
     links_of = _start_link_parts(cfg, store, round_no, client)
     fetch_parts = _parts(store, round_no, "fetched")
     fetched_all = _read_with_part(store, fetch_parts)
-    # without the text and title: the parse tasks wrote them to the text files (crawl.index.write_part_texts);
+    # without the text and title: the parse tasks wrote them to the text files (crawl.index.write_part_texts)
     pages = read_pages(store, round_no)
     # the health gate first: merge_shard reads it (a degraded round's failures do not count towards gone)
     planned = int((store.read_json(store.round_dir(round_no, "generate.json")) or {}).get("urls", 0))
