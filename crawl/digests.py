@@ -28,6 +28,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from crawl.fingerprint import B32_ALPHABET
 from crawl.store import Store
 
 DIGESTS_SCHEMA = pa.schema([
@@ -41,7 +42,7 @@ Capture = tuple[str, str]  # (URL, ISO date) of a digest's first capture
 # A digest's key: ``sha1:`` and 32 base32 characters, of which the first 12 are 60 bits of the SHA-1;
 # any other string has key 0 (so it always goes to the file, where it is compared in full).
 _DIGEST_LEN, _KEY_FROM, _KEY_TO = 37, 5, 17
-_ALPHABET = b"ABCDEFGHIJKLMNOPQRSTUVWXYZ234567"  # RFC 4648 base32
+_ALPHABET = B32_ALPHABET.encode("ascii")
 # bytes -> Python's base-32 digits (0-9A-V); any other byte -> "!", which int(…, 32) refuses
 _TO_INT_DIGITS = bytes(b"0123456789ABCDEFGHIJKLMNOPQRSTUV"[_ALPHABET.index(c)] if c in _ALPHABET else 33
                        for c in range(256))

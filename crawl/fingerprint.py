@@ -62,8 +62,9 @@ _M1 = np.uint64(0xBF58476D1CE4E5B9)
 _M2 = np.uint64(0x94D049BB133111EB)
 _S30, _S27, _S31 = np.uint64(30), np.uint64(27), np.uint64(31)
 
-_B32 = "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567"
-_B32_PAIRS = [a + b for a in _B32 for b in _B32]  # 10 bits -> two base32 characters
+#: RFC 4648's base32 alphabet, the digits of every ``sha1:`` digest (``crawl.digests`` reads them back)
+B32_ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567"
+_B32_PAIRS = [a + b for a in B32_ALPHABET for b in B32_ALPHABET]  # 10 bits -> two base32 characters
 _B32_SHIFTS = tuple(range(150, -1, -10))
 
 
@@ -79,7 +80,7 @@ def b32_sha1(digest: bytes) -> str:
 
 def payload_digest(data: bytes) -> str:
     """``sha1:BASE32`` of ``data``, the form used in ``WARC-Payload-Digest`` and CC's ``content_digest``."""
-    return "sha1:" + b32_sha1(hashlib.sha1(data).digest())
+    return "sha1:" + _b32sha1(data)
 
 
 def normalise_text(text: str) -> str:
@@ -93,7 +94,7 @@ def normalise_text(text: str) -> str:
 
 def text_digest(text: str) -> str:
     """Base32 SHA-1 of the normalised text (32 characters, no ``sha1:`` prefix, as ``PAGE_SCHEMA``)."""
-    return b32_sha1(hashlib.sha1(normalise_text(text).encode("utf-8")).digest())
+    return _b32sha1(normalise_text(text).encode("utf-8"))
 
 
 # --- NFKC without normalising the whole text -------------------------------------------------------
