@@ -87,7 +87,7 @@ from crawl.fetch.outcome import (
 )
 from crawl.fetch.robots import _fresh_robots, _RobotsFetch
 from crawl.fetch.scheduler import _GAP_MARGIN_S, _NO_SLOT, _Host, _Job, _origin, _Scheduling, _Slot
-from crawl.fetch.sitemaps import _SitemapFetch
+from crawl.fetch.sitemaps import _SitemapEntries, _SitemapFetch
 from crawl.fetch.warcwriter import _WarcOutput, _WarcWriter
 from crawl.gctune import relaxed_gc
 from crawl.net import (
@@ -145,6 +145,7 @@ class _Fetcher(_Scheduling, _HttpCalls, _Outcomes, _RobotsFetch, _SitemapFetch, 
         self.rows: list[dict[str, Any]] = []
         self.robots_rows: list[dict[str, Any]] = []
         self.sitemap_parts: list[pa.Table] = []  # CKPT_SITEMAP_SCHEMA (entries + their unit)
+        self.sitemap_entries = _SitemapEntries()  # entries not yet in sitemap_parts
         self.hosts: dict[str, _Host] = {}  # by origin
         self.slots: dict[str, _Slot] = {}  # by politeness key
         self.pkeys: dict[str, str] = {}  # host -> politeness key given by the frontier (fetch list)
@@ -541,6 +542,7 @@ def fetch_partition(
         f.abort_files()
         raise
     elapsed = time.monotonic() - started
+    f._flush_sitemap_entries()
     fetches = pa.Table.from_pylist(f.rows, schema=R.FETCH_SCHEMA) if f.rows else R.empty(R.FETCH_SCHEMA)
     parts = [t.select(R.SITEMAP_SCHEMA.names) for t in f.sitemap_parts]
     robots_rows = (pa.Table.from_pylist(f.robots_rows, schema=ROBOTS_CACHE_SCHEMA) if f.robots_rows

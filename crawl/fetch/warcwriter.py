@@ -158,6 +158,7 @@ class _WarcOutput:
         """End the current segment: queue, behind every record already queued, the closing of its
         WARC files and the writing of its checkpoint (the writer thread does both, off the loop).
         The rows are copied now (they are complete: a row is appended with its record submitted)."""
+        self._flush_sitemap_entries()
         rows = [dict(r) for r in self.rows[self.cut_rows:]]
         robots = self.robots_rows[self.cut_robots:]
         sitemaps = self.sitemap_parts[self.cut_sitemaps:]
