@@ -129,18 +129,23 @@ _EMPTY_DIGEST = _sha1(b"")  # a request record's payload digest (warcio wrote it
 def _http_block(statusline: str, headers: list[tuple[str, str]]) -> bytes:
     """The HTTP status line and headers of a record's block, as warcio encodes them: ASCII, or, when a
     header is not, warcio's own percent-encoding of the non-ASCII values (RFC 8187)."""
-    text = statusline + "\r\n" + "".join(f"{k}: {v}\r\n" for k, v in headers) + "\r\n"
+    text = statusline + "\r\n" + "".join([f"{k}: {v}\r\n" for k, v in headers]) + "\r\n"
     try:
         return text.encode("ascii")
     except UnicodeEncodeError:
         return StatusAndHeaders(statusline, list(headers)).to_ascii_bytes()
 
 
-def _record(fields: list[tuple[str, str]], content_type: str, block: bytes, payload: bytes) -> bytes:
-    """One WARC/1.1 record, uncompressed: fields, Content-Type, Content-Length, block (+ payload)."""
-    head = ("WARC/1.1\r\n" + "".join(f"{k}: {v}\r\n" for k, v in fields)
-            + f"Content-Type: {content_type}\r\nContent-Length: {len(block) + len(payload)}\r\n\r\n")
-    return b"".join((head.encode("utf-8"), block, payload, b"\r\n\r\n"))
+def _record_head(fields: list[tuple[str, str]], content_type: str, length: int) -> str:
+    """A record's header lines: ``WARC/1.1``, ``fields``, Content-Type and Content-Length (``length``:
+    the block's), and the blank line before the block."""
+    return ("WARC/1.1\r\n" + "".join([f"{k}: {v}\r\n" for k, v in fields])
+            + f"Content-Type: {content_type}\r\nContent-Length: {length}\r\n\r\n")
+
+
+def _line(name: str, value: str | None) -> str:
+    """One optional header line, left out when ``value`` is empty (as :func:`_warc_fields` does)."""
+    return f"{name}: {value}\r\n" if value else ""
 
 
 def _gzip(data: bytes) -> bytes:
@@ -266,14 +271,18 @@ class WarcFile:
                digest: str | None, payload: bytes = b"") -> RecordRef:
         """Append one record (``fields`` then Content-Type and Content-Length; the block is ``block``
         followed by ``payload``) as its own gzip member."""
+        head = _record_head(fields, content_type, len(block) + len(payload))
+        return self._append(head, block, payload, next(v for k, v in fields if k == "WARC-Record-ID"), digest)
+
+    def _append(self, head: str, block: bytes, payload: bytes, record_id: str, digest: str | None) -> RecordRef:
+        """Append one record whose WARC header lines (``WARC/1.1`` to the blank line) are ``head``."""
         if self._closed:
             raise ValueError("WARC file already closed")
-        member = _gzip(_record(fields, content_type, block, payload))
+        member = _gzip(b"".join((head.encode("utf-8"), block, payload, b"\r\n\r\n")))
         self._fh.write(member)
         start = self._pos
         self._pos += len(member)
-        rec_id = next(v for k, v in fields if k == "WARC-Record-ID")
-        return RecordRef(offset=start, length=len(member), record_id=rec_id, digest=digest)
+        return RecordRef(offset=start, length=len(member), record_id=record_id, digest=digest)
 
     def write_request(
         self,
@@ -284,11 +293,16 @@ class WarcFile:
         ip: str | None = None,
         concurrent_to: str | None = None,
     ) -> RecordRef:
-        fields = _warc_fields(fetch_time, ip, (("WARC-Concurrent-To", concurrent_to),))
+        # the header lines spelled out in one string (what _warc_fields + _record_head give for these
+        # fields, in the same order): two records per page on the WARC writer thread
         block = _http_block(f"{method.upper()} {_request_target(url)} HTTP/1.1", headers)
-        fields += [("WARC-Type", "request"), ("WARC-Target-URI", url), ("WARC-Payload-Digest", _EMPTY_DIGEST),
-                   ("WARC-Block-Digest", _sha1(block))]
-        return self._write(fields, "application/http; msgtype=request", block, None)
+        rec_id = _record_id()
+        head = (f"WARC/1.1\r\nWARC-Record-ID: {rec_id}\r\nWARC-Date: {warc_date(fetch_time)}\r\n"
+                f"{_line('WARC-IP-Address', ip)}{_line('WARC-Concurrent-To', concurrent_to)}"
+                f"WARC-Type: request\r\nWARC-Target-URI: {url}\r\nWARC-Payload-Digest: {_EMPTY_DIGEST}\r\n"
+                f"WARC-Block-Digest: {_sha1(block)}\r\nContent-Type: application/http; msgtype=request\r\n"
+                f"Content-Length: {len(block)}\r\n\r\n")
+        return self._append(head, block, b"", rec_id, None)
 
     def write_response(
         self,
@@ -305,12 +319,16 @@ class WarcFile:
     ) -> RecordRef:
         """``digest``: the payload digest when the caller already computed it (no second SHA-1)."""
         digest = digest or payload_digest(payload)
-        fields = _warc_fields(fetch_time, ip, (("WARC-Payload-Digest", digest), ("WARC-Truncated", truncated),
-                                               ("WARC-Concurrent-To", concurrent_to)))
         block = _http_block(f"HTTP/1.1 {f'{int(http_status)} {reason}'.rstrip()}",
                             _response_headers(headers, len(payload)))
-        fields += [("WARC-Type", "response"), ("WARC-Target-URI", url), ("WARC-Block-Digest", _sha1(block, payload))]
-        return self._write(fields, "application/http; msgtype=response", block, digest, payload)
+        rec_id = _record_id()
+        head = (f"WARC/1.1\r\nWARC-Record-ID: {rec_id}\r\nWARC-Date: {warc_date(fetch_time)}\r\n"
+                f"{_line('WARC-IP-Address', ip)}WARC-Payload-Digest: {digest}\r\n"
+                f"{_line('WARC-Truncated', truncated)}{_line('WARC-Concurrent-To', concurrent_to)}"
+                f"WARC-Type: response\r\nWARC-Target-URI: {url}\r\nWARC-Block-Digest: {_sha1(block, payload)}\r\n"
+                f"Content-Type: application/http; msgtype=response\r\n"
+                f"Content-Length: {len(block) + len(payload)}\r\n\r\n")
+        return self._append(head, block, payload, rec_id, digest)
 
     def write_resource(
         self,

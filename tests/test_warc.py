@@ -271,6 +271,8 @@ def test_records_match_warcio_writer(tmp_path: Path) -> None:
         w.write_revisit("ftp://f.test/x", T0, None, "", [], "sha1:BBBB", "ftp://f.test/y", T0)
         w.write_resource("ftp://f.test/x", T0, "text/plain", b"file\r\n", "10.0.0.1", None)
         w.write_conversion("http://a.test/p", T0, b"<html>dom</html>", rq.record_id, "text/html")
+        # a request concurrent to another record (its optional line after the address)
+        w.write_request("http://a.test/r", T0, "GET", [("Host", "a.test")], ip="10.0.0.2", concurrent_to=rq.record_id)
     ours = _members(tmp_path / "x.warc.gz")
 
     buf = io.BytesIO()
@@ -322,6 +324,10 @@ def test_records_match_warcio_writer(tmp_path: Path) -> None:
         put(ref.create_warc_record(
             "http://a.test/p", "conversion", payload=io.BytesIO(b"<html>dom</html>"), length=16,
             warc_content_type="text/html", warc_headers_dict=base(7, "WARC-Refers-To", "WARC-Payload-Digest"))),
+        put(ref.create_warc_record(
+            "http://a.test/r", "request", payload=io.BytesIO(b""), length=0,
+            warc_headers_dict=base(8, "WARC-IP-Address", "WARC-Concurrent-To"),
+            http_headers=StatusAndHeaders("GET /r HTTP/1.1", [("Host", "a.test")], is_http_request=True))),
     ]
     assert len(ours) == len(expected)
     for got, want in zip(ours, expected, strict=True):
