@@ -159,7 +159,9 @@ class _Fetcher(_Scheduling, _HttpCalls, _Outcomes, _RobotsFetch, _SitemapFetch, 
         self.on_segment = checkpoint
         self.seg = self.attempt = first_segment
         self.names = self._names(self.seg)
-        self.live: Counter[str] = Counter()  # units with a job in flight or a follow-up queued
+        # units with a job in flight or a follow-up queued (a dict: Counter's Python-level
+        # __missing__/__delitem__ ran for every page's unit)
+        self.live: dict[str, int] = {}
         self.cut_rows = self.cut_robots = self.cut_sitemaps = 0  # what the last cut took
         self.cut_at = 0.0
         # writer thread only: the current segment's open files and every file placed so far
@@ -371,7 +373,7 @@ class _Fetcher(_Scheduling, _HttpCalls, _Outcomes, _RobotsFetch, _SitemapFetch, 
                     continue  # hosts blocked by robots.txt in flight: re-pushed when it ends
                 job = h.queue.popleft()
                 if not job.followup:  # a follow-up was counted when it was queued
-                    self.live[job.unit] += 1
+                    self._enlive(job.unit)
                 if s.idle_since is not None and s.in_flight == 0:
                     self.stats["politeness_wait_s"] += now - s.idle_since
                     s.idle_since = None

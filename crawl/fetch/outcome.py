@@ -157,8 +157,14 @@ class _Outcomes:
         self.stats["bytes"] += len(r.body)
         if self.hold_left:
             self._hold(job.url, r, base["content_type"])
-        self.rows.append(_row(job, h.host, t, R.FETCHED, subset=SUBSET_WARC, content_length=len(r.body),
-                              truncated=r.truncated, **base, **cols))
+        # the row _row(job, host, t, FETCHED, subset=..., ..., **base, **cols) gives, without the
+        # keyword dicts (one row per page)
+        row = {"url": job.url, "url_hash": job.url_hash, "host": h.host, "depth": job.depth, "fetch_time": t,
+               "status": R.FETCHED, "unit": job.unit, "subset": SUBSET_WARC, "content_length": len(r.body),
+               "truncated": r.truncated}
+        row.update(base)
+        row.update(cols)
+        self.rows.append(row)
 
     def _hold(self, url: str, r: _Response, ct: str | None = None) -> None:
         """Keep the body of the row about to be appended for the task's parse, with the headers its
@@ -202,7 +208,7 @@ class _Outcomes:
             return
         if not h.closed:
             h.queue.appendleft(hop)  # next request of this host, after the delay
-            self.live[hop.unit] += 1
+            self._enlive(hop.unit)
         else:
             self.rows.append(_row(hop, h.host, t, R.DEFERRED, error="host_closed", subset=SUBSET_DIAG))
 
@@ -232,7 +238,7 @@ class _Outcomes:
                 self.rows.append(_row(job, h.host, t, R.RETRY, error=error, retry_after_s=wait, **base))
                 h.queue.appendleft(_Job(job.url, job.url_hash, job.depth, job.etag, job.last_modified,
                                         job.hops, unit=job.unit, followup=True))
-                self.live[job.unit] += 1
+                self._enlive(job.unit)
                 return
             self.rows.append(_row(job, h.host, t, R.RETRY, error=error, retry_after_s=wait, **base))
             self.settle_host(h, R.DEFERRED, "host_backoff", retry_after=wait)

@@ -141,7 +141,7 @@ class _SitemapFetch:
                 at += 1
         for i, job in enumerate(jobs):
             h.queue.insert(at + i, job)
-            self.live[job.unit] += 1
+            self._enlive(job.unit)
         self.push(h.slot)
 
     async def _sitemap(self, h: _Host, job: _Job) -> None:

@@ -138,12 +138,17 @@ class _WarcOutput:
             w.abort()
         self.warcs = {}
 
+    def _enlive(self, unit: str) -> None:
+        live = self.live
+        live[unit] = live.get(unit, 0) + 1
+
     def _unlive(self, unit: str) -> None:
-        n = self.live[unit] - 1
+        live = self.live
+        n = live.get(unit, 0) - 1
         if n > 0:
-            self.live[unit] = n
+            live[unit] = n
         else:
-            del self.live[unit]
+            live.pop(unit, None)
 
     def _maybe_cut(self) -> None:
         """Cut a segment when enough rows or time have passed since the last cut."""
