@@ -36,32 +36,6 @@ import numpy as np
 SHINGLE = 3
 _MASK64 = (1 << 64) - 1
 
-# Polynomial hash base (FNV-64 prime, odd so it is invertible modulo 2**64) and its inverse.
-_P = 0x100000001B3
-_P_INV = pow(_P, -1, 1 << 64)
-_pow_tables: tuple[np.ndarray, np.ndarray] = (np.ones(1, np.uint64), np.ones(1, np.uint64))
-
-
-def _powers(n: int) -> tuple[np.ndarray, np.ndarray]:
-    """P**i and P**-i (mod 2**64) for i < n; tables grow by doubling and are shared by later calls."""
-    global _pow_tables
-    pw, ipw = _pow_tables
-    if pw.size < n:
-        size = max(1 << (n - 1).bit_length(), 1 << 15)
-        pw = np.cumprod(np.full(size, _P, dtype=np.uint64))
-        ipw = np.cumprod(np.full(size, _P_INV, dtype=np.uint64))
-        pw = np.concatenate([np.ones(1, np.uint64), pw[:-1]])
-        ipw = np.concatenate([np.ones(1, np.uint64), ipw[:-1]])
-        _pow_tables = (pw, ipw)
-    return pw, ipw
-
-
-_C1 = np.uint64(0x9E3779B97F4A7C15)
-_C2 = np.uint64(0xC2B2AE3D27D4EB4F)
-_M1 = np.uint64(0xBF58476D1CE4E5B9)
-_M2 = np.uint64(0x94D049BB133111EB)
-_S30, _S27, _S31 = np.uint64(30), np.uint64(27), np.uint64(31)
-
 #: RFC 4648's base32 alphabet, the digits of every ``sha1:`` digest (``crawl.digests`` reads them back)
 B32_ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567"
 _B32_PAIRS = [a + b for a in B32_ALPHABET for b in B32_ALPHABET]  # 10 bits -> two base32 characters
@@ -187,104 +161,86 @@ def _nfkc(text: str) -> str:
 
 
 @functools.cache
-def _lower_kinds() -> tuple[np.ndarray, list[bytes]]:
-    """Per BMP code point L, what NFKC + ``str.lower`` make of the characters ``str.lower`` maps to L
-    alone, as :func:`_replaced_lower` reads it: 0 = L itself (each is ``_SAFE``), k > 0 = the UTF-8 at
-    index k of the list (each is in ``_REPLACE``, all with that lowered replacement), -1 = anything
-    else (one of them is neither, two disagree, or capital sigma, the one character ``str.lower`` maps
-    by its neighbours, is involved). Non-ASCII characters lowering to ASCII must map to that ASCII
-    character (only the Kelvin sign does: checked here), since the bytes do not show them. Built on
-    first use (~0.05 s), from this Python's own ``unicodedata`` and ``str.lower``."""
-    results: dict[int, str | None] = {}
-    for cp in range(0x80, 0x10000):
-        if 0xD800 <= cp < 0xE000:
-            continue
-        c = chr(cp)
-        low = c.lower()
-        if len(low) != 1:
-            continue
-        r: str | None = None
-        if c == "\u03a3":
-            r = None
-        elif c in _SAFE_SET:
-            r = low
-        elif c in _REPLACE and "\u03a3" not in _REPLACE[c]:
-            r = _REPLACE[c].lower()
-        if low.isascii():
-            if r != low:
-                raise RuntimeError(f"U+{cp:04X} lowers to ASCII {low!r} but NFKC + lower gives {r!r}")
-            continue
-        if ord(low) not in results:
-            results[ord(low)] = r
-        elif results[ord(low)] != r:
-            results[ord(low)] = None
-    kinds = np.full(0x10000, -1, np.int16)
+def _tables() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
+    """The per-character tables of :mod:`crawl.fingerprint_kernel`, built on first use (~0.1 s) from
+    this Python's own ``str.lower``, ``str.isspace`` and ``unicodedata``:
+
+    - ``low`` (int32, code points below ``_LOW_LIMIT``): ``str.lower`` of the character when it is one
+      character and does not depend on its neighbours, else -1 (capital sigma; U+0130, which lowers to
+      two). Above the limit no character has a lowercase (a test checks this Python's Unicode);
+    - ``dig`` (int16, BMP): what the text digest makes of the character on its own, NFKC then lower:
+      0 = its lowercase (ASCII and ``_SAFE``: NFKC keeps them and they never combine), k > 0 =
+      replacement k (``_REPLACE``: NFKC maps them one by one between such neighbours; none may hold
+      capital sigma), -1 = not known per character;
+    - ``repl`` / ``repl_off``: the replacements' UTF-8, concatenated, replacement k at
+      ``repl[repl_off[k]:repl_off[k + 1]]``;
+    - ``ws`` (uint8, BMP): ``str.isspace``, what ``str.split`` splits on;
+    - ``word``: the SimHash tokeniser's ASCII word bytes ``[0-9a-z_]``;
+    - the largest number of digest bytes per input byte, for the output buffer.
+    """
+    low = np.arange(_LOW_LIMIT, dtype=np.int32)
+    dig = np.full(0x10000, -1, np.int16)
+    dig[:0x80] = 0
+    ws = np.zeros(0x10000, np.uint8)
     repl: list[bytes] = [b""]
     index: dict[bytes, int] = {}
-    for cp, r in results.items():
-        if r is None:
+    ratio = 1.0
+    for cp in range(0x80, _LOW_LIMIT):
+        c = chr(cp)
+        lo = c.lower()
+        if lo == c:
             continue
-        if r == chr(cp):
-            kinds[cp] = 0
-        else:
-            b = r.encode()
-            kinds[cp] = index.setdefault(b, len(repl))
-            if kinds[cp] == len(repl):
-                repl.append(b)
-    return kinds, repl
+        low[cp] = ord(lo) if len(lo) == 1 and c != "\u03a3" else -1
+    for cp in range(0x10000):
+        c = chr(cp)
+        ws[cp] = c.isspace()
+        if cp < 0x80 or low[cp] < 0 or 0xD800 <= cp < 0xE000:
+            continue
+        size = len(c.encode())
+        if c in _SAFE_SET:
+            dig[cp] = 0
+            ratio = max(ratio, len(chr(low[cp]).encode()) / size)
+        elif c in _REPLACE and "\u03a3" not in _REPLACE[c]:
+            r = _REPLACE[c].lower().encode()
+            dig[cp] = index.setdefault(r, len(repl))
+            if dig[cp] == len(repl):
+                repl.append(r)
+            ratio = max(ratio, len(r) / size)
+    for cp in np.flatnonzero((low >= 0) & (low != np.arange(_LOW_LIMIT))):  # mode 1 emits every lowercase
+        ratio = max(ratio, len(chr(low[cp]).encode()) / len(chr(cp).encode()))
+    repl_off = np.zeros(len(repl) + 1, np.int32)
+    np.cumsum([len(r) for r in repl], out=repl_off[1:])
+    word = np.zeros(0x80, np.uint8)
+    word[[*range(48, 58), *range(97, 123), 95]] = 1
+    return (low, dig, np.frombuffer(b"".join(repl), np.uint8), repl_off, ws, word, int(np.ceil(ratio)))
 
 
-def _replaced_lower(raw: bytes, one_to_one: bool) -> bytes | None:
-    """UTF-8 of ``NFKC(text).lower()`` from ``raw``, UTF-8 of ``text.lower()``, when ``str.lower``
-    mapped each character of ``text`` to one (``one_to_one``: ``len(text.lower()) == len(text)``) and
-    every non-ASCII character of ``raw`` is in the BMP with a known kind (:func:`_lower_kinds`), at
-    least one a replacement; else None.
-
-    Why: on the simulated web every text NFKC changes holds only ellipses and trademark signs, and
-    the regex scan of :func:`_nfkc_scan` plus lowering and encoding the normalised text cost ~0.13 ms
-    per page; this is one NumPy pass to find and classify the non-ASCII characters and a join of
-    slices of ``raw``. Exact because every character of ``text`` is then ``_SAFE`` or in ``_REPLACE``,
-    so NFKC replaces characters one by one (what ``_nfkc_scan`` does when all are in ``_REPLACE``), and
-    ``str.lower`` maps each character on its own (no capital sigma), so each lowered character of
-    ``raw`` stands for one of ``text`` whose NFKC + lower its kind gives. Reading ``raw`` rather than
-    ``text``'s own UTF-8 saves encoding the text a second time.
-    """
-    if not one_to_one:
-        return None
-    a = np.frombuffer(raw + b"\0\0", np.uint8)  # two bytes of padding: reading lead + 2 stays inside
-    lead = np.flatnonzero(a >= 0xC2)  # in valid UTF-8 every byte >= C2 starts a character
-    if lead.size == 0:
-        return None
-    lb = a[lead]
-    if lb.max() >= 0xF0:  # outside the BMP
-        return None
-    b1 = a[lead + 1].astype(np.int32) & 0x3F
-    two = lb < 0xE0
-    cp = np.where(two, ((lb & 0x1F).astype(np.int32) << 6) | b1,
-                  ((lb & 0x0F).astype(np.int32) << 12) | (b1 << 6) | (a[lead + 2] & 0x3F))
-    kinds, repl = _lower_kinds()
-    k = kinds[cp]
-    if k.min() < 0:
-        return None
-    hit = np.flatnonzero(k)
-    if hit.size == 0:
-        return None
-    out: list[bytes] = []
-    prev = 0
-    for pos, two_byte, kind in zip(lead[hit].tolist(), two[hit].tolist(), k[hit].tolist(), strict=True):
-        out.append(raw[prev:pos])
-        out.append(repl[kind])
-        prev = pos + (2 if two_byte else 3)
-    out.append(raw[prev:])
-    return b"".join(out)
+#: characters from here up have no lowercase (``str.lower`` keeps them): the ``low`` table's size
+_LOW_LIMIT = 0x20000
 
 
-# ASCII whitespace as str.split() sees it (bytes.split() leaves out \x1c-\x1f)
-_WS_LUT = np.zeros(256, bool)
-_WS_LUT[[9, 10, 11, 12, 13, 28, 29, 30, 31, 32]] = True
-# word bytes of the SimHash tokeniser: [0-9a-z_] and every byte of a multi-byte UTF-8 character
-_WORD_LUT = np.zeros(256, bool)
-_WORD_LUT[[*range(48, 58), *range(97, 123), 95, *range(128, 256)]] = True
+def _run_kernel(parts: list[bytes], mode: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[int]]:
+    """(SimHashes, statuses, digest bytes, digest offsets) of UTF-8 texts ``parts`` from
+    :func:`crawl.fingerprint_kernel.fingerprint_batch` (numba is imported here, on first use)."""
+    from crawl.fingerprint_kernel import fingerprint_batch
+
+    low, dig, repl, repl_off, ws, word, ratio = _tables()
+    starts = np.zeros(len(parts) + 1, np.int64)
+    np.cumsum([len(p) for p in parts], out=starts[1:])
+    src = np.frombuffer(b"".join(parts), np.uint8)
+    n = len(parts)
+    sims = np.zeros(n, np.int64)
+    status = np.zeros(n, np.int8)
+    out = np.empty(0 if mode == 2 else ratio * src.size + 8, np.uint8)
+    out_off = np.zeros(n + 1, np.int64)
+    fingerprint_batch(src, starts, low, dig, repl, repl_off, ws, word, mode, sims, status, out, out_off)
+    return sims, status, out, out_off.tolist()
+
+
+def warm_up() -> None:
+    """Load (or compile) the kernel and build its tables now: the embedded workers' preload calls this
+    in the background (:func:`crawl.warmup.dask_setup`) so the first parse task does not wait on it."""
+    fingerprints_many(["Warm-up text: caf\u00e9 \u2026 \u0393\u03b5\u03b9\u03ac"])
 
 
 def fingerprints(text: str) -> tuple[int, str]:
@@ -296,63 +252,80 @@ def fingerprints(text: str) -> tuple[int, str]:
     return int(sims[0]), digests[0]  # type: ignore[return-value]
 
 
-# texts fingerprinted together by fingerprints_many: measured on simulated-web pages (~15 KB of text),
-# 32 KB batches beat 64 KB and 128 KB ones: the uint64 scratch arrays of a batch then stay in L2 cache
-_BATCH_BYTES = 1 << 15
-_SEP = b"\x00"  # between texts of a batch: not a word byte and not whitespace
+# texts fingerprinted by one kernel call: bounds the joined input and digest buffers (~4 MB each)
+_BATCH_BYTES = 1 << 22
 
 
 def fingerprints_many(texts: Sequence[str | None]) -> tuple[np.ndarray, list[str | None]]:
     """``[fingerprints(t) for t in texts]`` as (int64 SimHash array, digest list); an empty or None
     text gets ``(0, None)``.
 
-    Why: parse fingerprints every page of a partition, and a page's ~40 NumPy calls cost ~70 us
-    whatever its size. Here the lowered UTF-8 bytes of a few texts are concatenated (a NUL between
-    them) and word hashes, shingles and bit counts run once per batch; the digest's whitespace
-    collapse runs per text on bytes (:func:`collapse_ws`). The values are those of the scalar
-    definitions (:func:`simhash`, :func:`text_digest`) exactly: a word's hash does not depend on its
-    position, shingles that would span two texts are dropped and bits are counted per text (tests
-    compare on adversarial text). Measured on simulated-web pages: bench/RESULTS.md, "Parse CPU".
+    Why: parse fingerprints every page of a partition. Each text's UTF-8 goes once through the
+    compiled pass of :mod:`crawl.fingerprint_kernel` (lowercase, word hashes, shingles, bit counts and
+    the digest's normalised, collapsed bytes together), a batch of texts per call; only SHA-1 and
+    base32 stay per text in Python. Texts the kernel's per-character tables do not cover (capital
+    sigma, characters NFKC does not map on their own: composing marks, most scripts beyond Latin when
+    the text is not NFKC-normalised) take the Python paths for that step. The values are those of the
+    definitions (:func:`simhash`, :func:`text_digest`) exactly: tests compare with a plain-Python
+    reference and whole-text NFKC on arbitrary text. Measured: bench/RESULTS.md, "Fingerprint kernel".
     """
     n = len(texts)
     sims = np.zeros(n, np.int64)
     digests: list[str | None] = [None] * n
-    batch: list[tuple[int, bytes]] = []  # (index, lowered bytes)
+    rows: list[int] = []
+    parts: list[bytes] = []
     size = 0
     for i, text in enumerate(texts):
         if not text:
             continue
-        low = text.lower()
         try:
-            raw = low.encode("utf-8")
+            data = text.encode("utf-8")
         except UnicodeEncodeError:  # a lone surrogate: the scalar definitions' behaviour (the digest raises)
             sims[i], digests[i] = simhash(text), text_digest(text)
             continue
-        digests[i] = _b32sha1(_digest_bytes(text, raw, len(low) == len(text)))
-        batch.append((i, raw))
-        size += len(raw)
+        rows.append(i)
+        parts.append(data)
+        size += len(data)
         if size >= _BATCH_BYTES:
-            _simhash_batch(batch, sims)
-            batch, size = [], 0
-    if batch:
-        _simhash_batch(batch, sims)
+            _fingerprint_rows(texts, rows, parts, sims, digests)
+            rows, parts, size = [], [], 0
+    if rows:
+        _fingerprint_rows(texts, rows, parts, sims, digests)
     return sims, digests
 
 
-def _digest_bytes(text: str, raw: bytes, one_to_one: bool | None = None) -> bytes:
+def _fingerprint_rows(texts: Sequence[str | None], rows: list[int], parts: list[bytes], sims: np.ndarray,
+                      digests: list[str | None]) -> None:
+    """Fingerprints of ``texts[i]`` for ``i`` in ``rows`` (UTF-8 ``parts``) into ``sims`` and ``digests``."""
+    got, status, out, off = _run_kernel(parts, 0)
+    sims[rows] = got
+    view = memoryview(out)
+    for k, (i, st) in enumerate(zip(rows, status.tolist(), strict=True)):
+        if st == 0:
+            digests[i] = _b32sha1(view[off[k]:off[k + 1]])
+            continue
+        text = texts[i]
+        assert text is not None
+        if st == 1:  # str.lower maps a character by its neighbours or to two characters
+            raw = text.lower().encode("utf-8")
+            sims[i] = _run_kernel([raw], 2)[0][0]
+            digests[i] = _b32sha1(_digest_bytes(text, raw))
+        elif unicodedata.is_normalized("NFKC", text):  # C quick check: the digest is the lowered text
+            _, _, out1, off1 = _run_kernel([parts[k]], 1)
+            digests[i] = _b32sha1(memoryview(out1)[:off1[1]])
+        else:
+            normal, odd_ws = _nfkc_scan(text)
+            digests[i] = _b32sha1(collapse_ws(normal.lower().encode("utf-8"), odd_ws))
+
+
+def _digest_bytes(text: str, raw: bytes) -> bytes:
     """What the text digest hashes, ``" ".join(NFKC(text).lower().split())`` as UTF-8, given ``raw``,
-    UTF-8 of ``text.lower()`` (``one_to_one``: ``len(text.lower()) == len(text)``, computed if None):
-    ASCII and NFKC-normalised texts need no normalising, texts whose only changes are one-by-one
-    replacements take :func:`_replaced_lower`, the rest :func:`_nfkc_scan`."""
+    UTF-8 of ``text.lower()``, in Python: ASCII and NFKC-normalised texts need no normalising, the
+    rest :func:`_nfkc_scan`."""
     if text.isascii():
         return collapse_ws(raw, False)
     if unicodedata.is_normalized("NFKC", text):  # C quick check, ~1 ns per character
         return collapse_ws(raw, any(c in text for c in _NFKC_STABLE_WS))
-    if one_to_one is None:
-        one_to_one = len(text.lower()) == len(text)
-    replaced = _replaced_lower(raw, one_to_one)
-    if replaced is not None:
-        return collapse_ws(replaced, False)  # neither _SAFE nor replacements hold whitespace beyond ASCII
     normal, odd_ws = _nfkc_scan(text)
     return collapse_ws(raw if normal is text else normal.lower().encode("utf-8"), odd_ws)
 
@@ -417,134 +390,9 @@ def _b32sha1(data: bytes | memoryview) -> str:
     return b32_sha1(hashlib.sha1(data).digest())
 
 
-# _WORD_LUT as a bytes.translate table (1 = word byte): one C pass, ~2x cheaper than NumPy compares
-_WORD_TABLE = _WORD_LUT.astype(np.uint8).tobytes()
-
-
-def _simhash_batch(batch: list[tuple[int, bytes]], sims: np.ndarray) -> None:
-    # bookkeeping of the batch's few texts in Python: a NumPy call costs ~1 us whatever its size, and
-    # a batch of two pages made ~70 of them (bench/RESULTS.md, "Parse CPU, session 5")
-    starts: list[int] = []
-    pos = 0
-    for _, r in batch:
-        starts.append(pos)
-        pos += len(r) + 1  # each text is followed by one separator byte
-    # one separator before the batch (the word mask's padding) and one after each text; NUL is not a
-    # word byte, so no word spans two texts, and every word ends before the last byte
-    joined = _SEP.join([b"", *(r for _, r in batch), b""])
-    big = np.frombuffer(joined, np.uint8, offset=1)
-    padded = np.frombuffer(joined.translate(_WORD_TABLE), np.int8)
-    bounds = np.flatnonzero(padded[1:] != padded[:-1])
-    ws = bounds[0::2]
-    if ws.size < SHINGLE:
-        return
-    pw, ipw = _powers(big.size)
-    # a word's sum(byte * P**position), then shifted to position 0: reduceat over [start, end)
-    w = _mix(np.add.reduceat(np.multiply(big, pw[:big.size], dtype=np.uint64), bounds)[0::2] * ipw[ws])
-    if len(batch) == 1:
-        feats = _mix(w[:-2] * _C1 + w[1:-1] * _C2 + w[2:])
-        nfeat = [feats.size]
-    else:
-        text_of = np.searchsorted(np.array(starts), ws, side="right") - 1  # batch text of each word
-        same = text_of[:-2] == text_of[2:]  # a shingle's three words belong to one text
-        feats = _mix(w[:-2] * _C1 + w[1:-1] * _C2 + w[2:])[same]
-        nfeat = np.bincount(text_of[:-2][same], minlength=len(batch)).tolist()
-    rows = [i for (i, _), n in zip(batch, nfeat, strict=True) if n]
-    sizes = [n for n in nfeat if n]
-    if not sizes:
-        return
-    counts = _segment_bit_counts(feats, sizes)
-    fp = np.packbits(counts * 2 > np.array(sizes)[:, None], axis=1).view("<u8").ravel()
-    sims[rows] = fp.view(np.int64)
-
-
-def _segment_bit_counts(feats: np.ndarray, sizes: list[int]) -> np.ndarray:
-    """:func:`_bit_counts` of consecutive runs of ``feats`` (run k has ``sizes[k]`` > 0 elements):
-    an int64 array of shape (len(sizes), 64).
-
-    The same SWAR as :func:`_bit_counts`: bytes of unpacked bits summed eight at a time as uint64,
-    over segments of at most 255 features (no byte lane can carry), then the segments of a run added.
-    """
-    seg_start: list[int] = []  # first feature of each segment
-    seg_first: list[int] = []  # first segment of each run
-    pos = 0
-    for n in sizes:
-        seg_first.append(len(seg_start))
-        seg_start.extend(range(pos, pos + n, 255))
-        pos += n
-    bits = np.unpackbits(feats.astype("<u8", copy=False).view(np.uint8)).view(np.uint64).reshape(feats.size, 8)
-    sums = np.add.reduceat(bits, seg_start, axis=0)  # segments x 8 lanes
-    seg_counts = sums.view(np.uint8).reshape(len(seg_start), 64)
-    return np.add.reduceat(seg_counts, seg_first, axis=0, dtype=np.int64)
-
-
-def _mix(x: np.ndarray) -> np.ndarray:
-    """SplitMix64 finaliser, vectorised (uint64 arithmetic wraps modulo 2**64)."""
-    x = x ^ (x >> _S30)  # a new array: the in-place steps below leave the caller's alone
-    x *= _M1
-    x ^= x >> _S27
-    x *= _M2
-    x ^= x >> _S31
-    return x
-
-
-def word_hashes(text: str) -> np.ndarray:
-    """64-bit hashes (uint64) of the lowercased words of ``text``, in order.
-
-    A word's hash is sum(byte * P**k) over its bytes at in-word position k, computed for all words
-    at once from one prefix sum over the text: (prefix[end] - prefix[start]) * P**-start.
-    """
-    return _word_hashes_bytes(np.frombuffer(text.lower().encode("utf-8", "surrogatepass"), dtype=np.uint8))
-
-
-def _word_hashes_bytes(b: np.ndarray) -> np.ndarray:
-    """:func:`word_hashes` of already lowercased UTF-8 bytes."""
-    n = b.size
-    if n == 0:
-        return np.empty(0, dtype=np.uint64)
-    padded = np.zeros(n + 2, dtype=np.int8)
-    padded[1:-1] = _WORD_LUT.take(b)
-    # word edges alternate start (+1) / end (-1), so one scan finds both
-    bounds = np.flatnonzero(padded[1:] != padded[:-1])
-    if bounds.size == 0:
-        return np.empty(0, dtype=np.uint64)
-    starts, ends = bounds[0::2], bounds[1::2]
-    pw, ipw = _powers(n)
-    prefix = np.empty(n + 1, dtype=np.uint64)
-    prefix[0] = 0
-    # word bytes are never 0, so the raw byte value is a fine coefficient (no +1 needed)
-    np.cumsum(np.multiply(b, pw[:n], dtype=np.uint64), out=prefix[1:])
-    return _mix((prefix[ends] - prefix[starts]) * ipw[starts])
-
-
-def _bit_counts(feats: np.ndarray) -> np.ndarray:
-    """How many of ``feats`` (uint64) have each of the 64 bits set, in ``np.unpackbits`` order.
-
-    SWAR: bits are unpacked to one byte each and eight of those bytes are added as one uint64, 255
-    rows at a time so no byte lane can carry into the next; then the lanes are summed as int64.
-    """
-    n = feats.size
-    chunks = -(-n // 255)
-    padded = np.zeros(255 * chunks, dtype="<u8")
-    padded[:n] = feats
-    bits = np.unpackbits(padded.view(np.uint8)).reshape(255, chunks * 8, 8)
-    lanes = bits.view(np.uint64).reshape(255, chunks * 8)   # one uint64 per 8 bit-bytes
-    sums = np.add.reduce(lanes, axis=0)                      # every byte lane <= 255: no carry
-    return sums.view(np.uint8).reshape(chunks, 64).sum(axis=0, dtype=np.int64)
-
-
 def simhash(text: str) -> int:
     """64-bit SimHash of ``text`` over word 3-shingles, as a signed int64 Python int (0 = none)."""
-    return _simhash_of_hashes(word_hashes(text))
-
-
-def _simhash_of_hashes(w: np.ndarray) -> int:
-    if w.size < SHINGLE:
-        return 0
-    feats = _mix(w[:-2] * _C1 + w[1:-1] * _C2 + w[2:])
-    counts = _bit_counts(feats)
-    fp = int(np.packbits(counts * 2 > feats.size).view("<u8")[0])
-    return fp - (1 << 64) if fp >= (1 << 63) else fp
+    return int(_run_kernel([text.lower().encode("utf-8", "surrogatepass")], 2)[0][0])
 
 
 def hamming(a: int, b: int) -> int:
@@ -565,5 +413,5 @@ def _as_u64(x: np.ndarray | int) -> np.ndarray:
 
 __all__ = [
     "SHINGLE", "fingerprints", "fingerprints_many", "hamming", "hamming_array", "normalise_text", "payload_digest", "simhash", "text_digest",
-    "word_hashes",
+    "warm_up",
 ]

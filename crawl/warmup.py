@@ -78,9 +78,14 @@ def skip_final_gc() -> None:
 
 
 def import_task_modules() -> None:
-    """Import what a fetch or parse task needs (a task that arrives meanwhile waits on the import lock)."""
+    """Import what a fetch or parse task needs (a task that arrives meanwhile waits on the import lock),
+    then load parse's compiled fingerprint kernel (:func:`crawl.fingerprint.warm_up`: numba's import
+    and its on-disk cache, ~1 s of CPU in a fresh process, a few seconds when it must compile)."""
     for name in TASK_MODULES:
         importlib.import_module(name)
+    from crawl.fingerprint import warm_up
+
+    warm_up()
 
 
 def import_driver_modules() -> None:

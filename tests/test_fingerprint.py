@@ -8,6 +8,7 @@ import itertools
 import json
 import os
 import random
+import shutil
 import subprocess
 import sys
 import unicodedata
@@ -26,10 +27,86 @@ from crawl.fingerprint import (
     payload_digest,
     simhash,
     text_digest,
-    word_hashes,
 )
 
 REPO = Path(__file__).resolve().parent.parent
+
+
+# ------------------------------------------------------- an independent reference of the SimHash
+# A plain-Python transcription of the algorithm crawl/fingerprint.py's docstring defines, sharing no
+# code with the compiled kernel: the oracle the kernel is compared with.
+_M64 = (1 << 64) - 1
+_WORD_BYTES = frozenset(b"0123456789abcdefghijklmnopqrstuvwxyz_") | frozenset(range(128, 256))
+
+
+def _ref_mix(x: int) -> int:
+    x ^= x >> 30
+    x = (x * 0xBF58476D1CE4E5B9) & _M64
+    x ^= x >> 27
+    x = (x * 0x94D049BB133111EB) & _M64
+    return x ^ (x >> 31)
+
+
+def _ref_words(text: str) -> list[int]:
+    """Word hashes: maximal runs of [0-9a-z_] and non-ASCII bytes of the lowered UTF-8, each
+    sum(byte * P**k) mod 2**64 over its bytes, SplitMix64-mixed."""
+    data = text.lower().encode("utf-8", "surrogatepass")
+    words, h, k, inword = [], 0, 0, False
+    for byte in [*data, 32]:
+        if byte in _WORD_BYTES:
+            h = (h + byte * pow(0x100000001B3, k, 1 << 64)) & _M64
+            k += 1
+            inword = True
+        elif inword:
+            words.append(_ref_mix(h))
+            h, k, inword = 0, 0, False
+    return words
+
+
+def _ref_simhash(text: str) -> int:
+    w = _ref_words(text)
+    feats = [_ref_mix((a * 0x9E3779B97F4A7C15 + b * 0xC2B2AE3D27D4EB4F + c) & _M64) for a, b, c in zip(w, w[1:], w[2:], strict=False)]
+    if not feats:
+        return 0
+    fp = sum(1 << bit for bit in range(64) if 2 * sum(f >> bit & 1 for f in feats) > len(feats))
+    return fp - (1 << 64) if fp >> 63 else fp
+
+
+def _ref_digest(text: str) -> str:
+    """The text digest's definition: whole-text NFKC, lowercase, whitespace collapsed, SHA-1, base32."""
+    norm = " ".join(unicodedata.normalize("NFKC", text).lower().split())
+    return base64.b32encode(hashlib.sha1(norm.encode()).digest()).decode()
+
+
+# Values stored by every round before the compiled kernel (computed with the NumPy implementation
+# of crawl/fingerprint.py at 4c795b7): they must never change.
+_GOLDEN = [
+    ("the quick brown fox jumps over the lazy dog", 6409478894572774095, "CYYSOUPPSMD4H7I27PFZSPG4QBDEXIHR"),
+    ("Gr\u00fc\u00dfe aus K\u00f6ln \u2014 ein kurzer Satz mit Umlauten und mehr W\u00f6rtern\u2026",
+     -7443373141177736278, "UYZTCFDT7MZWVKB5EMKFYRZIPSLQPVQ6"),
+    ("Caf\u00e9\u2122 na\u00efve \u201cquoted\u201d \u20ac5 \ufb01ne \uff26\uff55\uff4c\uff4c \u00bd cup\xa0of tea",
+     5876477687416078476, "F3EYP2GS542JDKRYEFD6VW7GU6EC2BIO"),
+    ("\u03a3\u039f\u03a6\u0399\u0391 \u03ba\u03b1\u03b9 \u039b\u039f\u0393\u039f\u03a3 \u03c3\u03c4\u03b7\u03bd "
+     "\u0391\u03b8\u03ae\u03bd\u03b1 \u03c3\u03ae\u03bc\u03b5\u03c1\u03b1", -3026064814834110460,
+     "35RONNGZZ3LMQWHFFO6KX67EK7TBWEDX"),
+    ("\u0130stanbul \u0130zmir KELVIN \u212a degrees", -4066198079558313462, "LIDZ3XG5SGJROHG5JXHBBTPSUNY2YJ3P"),
+    ("\u5317\u4eac \u4e1c\u4eac \u9996\u5c14 \u53f0\u5317 \u9999\u6e2f", 4691509317956583114,
+     "OWD6TNWGKD475Y25PXH4X4ZO3J7RO2OL"),
+    ("emoji \U0001f600 party \U0001f389 time \u23f0 now", -9028121864960433470, "RMZ7JHBEYUHJYLXA2EVHXZDZD34U25VE"),
+    ("e\u0301te\u0301 cafe\u0301 re\u0301sume\u0301 x y", 4242770421990950062, "JN3J75OWG2GOC47YN2VZPMCMTGLYXMUF"),
+    ("a b", 0, "PW66SNIECIVHA74ET4WBFPOZ3ZY3IGJJ"),
+    ("TAB\tand\x1cseparators\u2028line\u3000ideographic space", 432486903367860280, "ZWHDRMJB236DXKBXENIKVWCCZOEVCTO6"),
+]
+
+
+def test_golden_values_stored_before_the_kernel() -> None:
+    from crawl.fingerprint import fingerprints_many
+
+    sims, digests = fingerprints_many([t for t, _, _ in _GOLDEN])
+    assert list(zip(sims.tolist(), digests, strict=True)) == [(s, d) for _, s, d in _GOLDEN]
+    for text, sim, digest in _GOLDEN:
+        assert (simhash(text), text_digest(text)) == (sim, digest)
+        assert (_ref_simhash(text), _ref_digest(text)) == (sim, digest)  # the references agree too
 
 
 def _vocab(seed: int, size: int = 3000) -> list[str]:
@@ -64,13 +141,13 @@ def test_text_digest_ignores_case_and_whitespace_only() -> None:
     assert text_digest("hello world, from the crawler") != text_digest(b)
 
 
-def test_word_hashes_tokenise_case_insensitively() -> None:
-    w = word_hashes("Foo, bar! FOO_baz   bar\tfoo")
-    assert w.dtype == np.uint64 and w.size == 5
-    assert w[0] == w[4] and w[1] == w[3] and w[0] != w[1] and w[2] not in (w[0], w[1])
-    # non-ASCII letters stay inside a word
-    assert word_hashes("größe straße").size == 2
-    assert word_hashes("  ,.;  ").size == 0
+def test_words_tokenise_case_insensitively() -> None:
+    w = _ref_words("Foo, bar! FOO_baz   bar\tfoo")
+    assert len(w) == 5 and w[0] == w[4] and w[1] == w[3] and w[0] != w[1] and w[2] not in (w[0], w[1])
+    assert simhash("Foo, bar! FOO_baz   bar\tfoo") == simhash("foo bar foo_baz bar foo") == _ref_simhash("foo bar foo_baz bar foo") != 0
+    # non-ASCII letters stay inside a word: two words, no shingle
+    assert simhash("größe straße") == 0 and simhash("größe straße x") == _ref_simhash("größe straße x") != 0
+    assert simhash("  ,.;  ") == 0
 
 
 def test_identical_text_identical_hash_and_range() -> None:
@@ -174,7 +251,7 @@ def test_fingerprints_pair_equals_the_scalar_definitions_on_adversarial_text() -
         want_norm = _old_normalise(text)
         assert normalise_text(text) == want_norm, repr(text)
         want_digest = base64.b32encode(hashlib.sha1(want_norm.encode()).digest()).decode()
-        assert fingerprints(text) == (simhash(text), want_digest), repr(text)
+        assert fingerprints(text) == (_ref_simhash(text), want_digest), repr(text)
         assert text_digest(text) == want_digest
         checked += 1
         changed += unicodedata.normalize("NFKC", text) != text
@@ -186,7 +263,7 @@ def test_fingerprints_on_long_pages_match() -> None:
     for extra in ("", " trade\u2122 mark\u2026 ", "\xa0nbsp ﬁne \u2028 line", "e\u0301 \u1100\u1161 "):
         text = (base + extra) * 3
         want = base64.b32encode(hashlib.sha1(_old_normalise(text).encode()).digest()).decode()
-        assert fingerprints(text) == (simhash(text), want)
+        assert fingerprints(text) == (_ref_simhash(text), want)
 
 
 def test_every_stand_alone_replacement_holds_next_to_any_neighbour() -> None:
@@ -223,7 +300,7 @@ def test_fingerprints_many_equals_the_scalar_definitions_across_batches() -> Non
         else:
             pool = [p for p in _POOL if p != "\ud800"] + [" word ", "\x00", "  "]
             texts.append("".join(rng.choice(pool) for _ in range(rng.randint(0, 60))))
-    want = [(simhash(t), text_digest(t)) if t else (0, None) for t in texts]
+    want = [(_ref_simhash(t), _ref_digest(t)) if t else (0, None) for t in texts]
     for batch_bytes in (1, 200, 1 << 15):  # every text alone, a few per batch, many per batch
         old = fingerprint._BATCH_BYTES
         fingerprint._BATCH_BYTES = batch_bytes
@@ -300,29 +377,51 @@ def test_fingerprints_many_equals_whole_text_nfkc_hypothesis(texts: list[str | N
             assert (s, d) == (0, None)
             continue
         want = base64.b32encode(hashlib.sha1(_old_normalise(t).encode()).digest()).decode()
-        assert (s, d) == (simhash(t), want), repr(t)
+        assert (s, d) == (_ref_simhash(t), want), repr(t)
 
 
-def test_replaced_lower_equals_whole_text_nfkc_for_every_replacement() -> None:
-    """The byte path for texts whose NFKC changes are one-by-one replacements: every ``_REPLACE``
-    character, between cased ASCII, safe letters and capital letters whose lowercase changes length
-    (İ, Kelvin sign, ẞ) or depends on neighbours (Σ), gives whole-text NFKC + lower exactly; and it
-    does run (returns bytes) for the plain cases."""
-    from crawl.fingerprint import _REPLACE, _SAFE, _digest_bytes, _replaced_lower
+def test_every_table_character_next_to_any_neighbour() -> None:
+    """The kernel maps characters one by one through tables (lowercase, NFKC + lowercase for the
+    digest): every character it maps without falling back (``_SAFE``, ``_REPLACE``, those ``str.lower``
+    changes), between cased ASCII, safe letters, capital letters whose lowercase changes length (U+0130,
+    the Kelvin sign, capital sharp s) or depends on neighbours (capital sigma), marks and emoji, gives
+    the reference SimHash and whole-text NFKC + lower + split digest."""
+    from crawl.fingerprint import _LOW_LIMIT, _REPLACE, _SAFE, _tables, fingerprints_many
 
-    ran = 0
-    neighbours = ["A", "\u00c9", "\u00e9", "\u0130", "\u212a", "\u1e9e", "\u03a3", "A\u03a3", "\u03c3", "\u2026", " ", "\u00a0",
-                  "\u0301", "\U0001f600", "\u0100", "Z"]
-    for c in [*_REPLACE, *_SAFE[::5]]:
-        for left in neighbours:
-            text = f"Word {left}{c}Tail \u2122 \u00c0x"
-            raw = text.lower().encode()
-            want = " ".join(unicodedata.normalize("NFKC", text).lower().split()).encode()
-            assert _digest_bytes(text, raw) == want, repr(text)
-            got = _replaced_lower(raw, len(text.lower()) == len(text))
-            assert got is None or got == unicodedata.normalize("NFKC", text).lower().encode(), repr(text)
-            ran += got is not None
-    assert ran > 3000
+    low = _tables()[0]
+    cased = [chr(cp) for cp in np.flatnonzero(low[:0x10000] != np.arange(0x10000))]
+    assert len(cased) > 1000 and "\u0130" in cased and "\u03a3" in cased
+    assert low[0x130] == -1 and low[0x3A3] == -1 and low[0x212A] == ord("k")
+    # above the table nothing has a lowercase (a newer Unicode would make the table grow)
+    assert all(chr(cp).lower() == chr(cp) for cp in range(_LOW_LIMIT, 0x110000) if not 0xD800 <= cp < 0xE000)
+    neighbours = ["A", "\u00c9", "\u00e9", "\u0130", "\u212a", "\u1e9e", "\u03a3", "A\u03a3", "\u03c3", "\u2026", " ",
+                  "\u00a0", "\u0301", "\U0001f600", "\u0100", "Z", "\u3000"]
+    texts = []
+    for i, c in enumerate([*_REPLACE, *_SAFE[::3], *cased[::2]]):
+        left = neighbours[i % len(neighbours)]
+        right = neighbours[(i // len(neighbours)) % len(neighbours)]
+        texts.append(f"Word {left}{c}Tail \u2122 {c}{right}x")
+    sims, digests = fingerprints_many(texts)
+    for t, sim, digest in zip(texts, sims.tolist(), digests, strict=True):
+        assert (sim, digest) == (_ref_simhash(t), _ref_digest(t)), repr(t)
+
+
+@settings(max_examples=3000, deadline=None)
+@given(st.lists(st.one_of(st.none(), st.text(), st.text(st.characters(max_codepoint=0x3000)), _WS_HEAVY),
+                max_size=6))
+def test_fingerprints_many_equals_the_reference_on_any_unicode(texts: list[str | None]) -> None:
+    """Arbitrary Unicode (every plane, marks, cased and uncased letters, whitespace, NUL; fewer than
+    three words; empty and None) through the kernel and its fallbacks: the plain-Python SimHash and
+    the whole-text NFKC digest exactly, alone and for the scalar functions."""
+    from crawl.fingerprint import fingerprints_many
+
+    sims, digests = fingerprints_many(texts)
+    for t, s, d in zip(texts, sims.tolist(), digests, strict=True):
+        if not t:
+            assert (s, d) == (0, None)
+            continue
+        assert (s, d) == (_ref_simhash(t), _ref_digest(t)), repr(t)
+        assert simhash(t) == s
 
 
 @settings(max_examples=3000, deadline=None)
@@ -335,3 +434,49 @@ def test_digest_bytes_equals_whole_text_nfkc(text: str) -> None:
 
     want = " ".join(unicodedata.normalize("NFKC", text).lower().split()).encode()
     assert _digest_bytes(text, text.lower().encode()) == want
+
+
+_CACHE_PROBE = """
+import json, sys
+from crawl.fingerprint import fingerprints_many
+from crawl.fingerprint_kernel import fingerprint_batch
+sims, digests = fingerprints_many(json.load(sys.stdin))
+stats = fingerprint_batch.stats
+print(json.dumps([sims.tolist(), digests, sum(stats.cache_hits.values()), sum(stats.cache_misses.values())]))
+"""
+
+
+def _probe(texts: list[str], env: dict[str, str], cwd: Path) -> tuple[list[int], list[str | None], int, int]:
+    """(SimHashes, digests, kernel cache hits, compilations) of ``texts`` in a fresh process; ``cwd``
+    away from the repository, whose ``crawl`` would come first on ``sys.path``."""
+    base = {k: v for k, v in os.environ.items() if not k.startswith("NUMBA_")}
+    out = subprocess.run([sys.executable, "-c", _CACHE_PROBE], input=json.dumps(texts), capture_output=True, text=True,
+                         env={**base, **env}, cwd=cwd, timeout=300, check=True)
+    sims, digests, hits, misses = json.loads(out.stdout)
+    return sims, digests, hits, misses
+
+
+def test_compiled_kernel_is_cached_on_disk_and_works_without_a_writable_cache(tmp_path: Path) -> None:
+    """A fresh process loads the compiled kernel from numba's on-disk cache (here NUMBA_CACHE_DIR);
+    with no writable place at all (package directory, user cache directory) it compiles in memory
+    instead of failing. Same fingerprints in every case."""
+    texts = [_GOLDEN[1][0], _GOLDEN[3][0], "plain ascii text of a few words"]
+    from crawl.fingerprint import fingerprints_many
+
+    sims, want_digests = fingerprints_many(texts)
+    want_sims = sims.tolist()
+    env = {"PYTHONPATH": str(REPO), "NUMBA_CACHE_DIR": str(tmp_path / "cache")}
+    first = _probe(texts, env, tmp_path)
+    second = _probe(texts, env, tmp_path)
+    assert first[:2] == second[:2] == (want_sims, want_digests)
+    assert any((tmp_path / "cache").rglob("*.nbi")) and first[3] >= 1  # compiled and stored ...
+    assert second[2] >= 1 and second[3] == 0  # ... then loaded, not compiled
+    # read-only everywhere: the package directory cannot hold __pycache__ (a file is in the way), the
+    # user cache directory cannot be created (XDG_CACHE_HOME is a file), no NUMBA_CACHE_DIR
+    pkg = tmp_path / "pkg"
+    shutil.copytree(REPO / "crawl", pkg / "crawl", ignore=shutil.ignore_patterns("__pycache__"))
+    (pkg / "crawl" / "__pycache__").write_text("not a directory")
+    (tmp_path / "xdg").write_text("not a directory")
+    third = _probe(texts, {"PYTHONPATH": str(pkg), "XDG_CACHE_HOME": str(tmp_path / "xdg"), "HOME": str(tmp_path / "xdg")},
+                   tmp_path)
+    assert third == (want_sims, want_digests, 0, 1)

@@ -28,9 +28,18 @@ def test_embedded_workers_import_the_task_modules_before_any_task() -> None:
                 break
             time.sleep(0.2)
         assert seen == list(TASK_MODULES)
+        # and parse's compiled fingerprint kernel is loaded (crawl.fingerprint.warm_up) before any task
+        while time.monotonic() < deadline and not next(iter(client.run(_kernel_signatures).values())):
+            time.sleep(0.2)
+        assert next(iter(client.run(_kernel_signatures).values())) >= 1
         # the exit hook is in place on the worker: its atexit handlers, run by hand, freeze the heap
         frozen = client.run(_run_exit_handlers_and_count_frozen)
         assert all(n > 0 for n in frozen.values()), frozen
+
+
+def _kernel_signatures() -> int:
+    kernel = getattr(sys.modules.get("crawl.fingerprint_kernel"), "fingerprint_batch", None)  # None while importing
+    return len(kernel.signatures) if kernel is not None else 0
 
 
 def _run_exit_handlers_and_count_frozen() -> int:
