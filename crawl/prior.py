@@ -60,9 +60,14 @@ def _vectorizer() -> HashingVectorizer:
 def url_documents(urls: pa.Array | pa.ChunkedArray) -> list[str]:
     """Each URL as a bag of prefixed tokens: host words (``h_``), path words (``p_``), extension (``e_``).
 
-    Prefixing keeps "news" in a host name apart from "/news/" in a path. Built with Arrow string
-    kernels, so the only per-row Python is the list the vectoriser takes.
+    Prefixing keeps "news" in a host name apart from "/news/" in a path (as the vectoriser's token
+    pattern splits at ``_``, the prefix is a token of its own). The strings :func:`url_tokens` hashes.
     """
+    return _documents(urls).to_pylist()
+
+
+def _documents(urls: pa.Array | pa.ChunkedArray) -> pa.Array:
+    """:func:`url_documents` as an Arrow array, built with Arrow string kernels (no per-row Python)."""
     arr = urls.combine_chunks() if isinstance(urls, pa.ChunkedArray) else urls
     rest = pc.replace_substring_regex(arr, r"^[a-zA-Z]+://", "")
     host = pc.replace_substring_regex(rest, r"[/?#].*$", "")
@@ -73,7 +78,7 @@ def url_documents(urls: pa.Array | pa.ChunkedArray) -> list[str]:
     first = pc.extract_regex(pc.utf8_lower(path), r"^/(?P<s>[a-z]+)").field("s")
     doc = pc.binary_join_element_wise(host_t, path_t, pc.fill_null(pc.binary_join_element_wise("e", ext, "_"), ""),
                                       pc.fill_null(pc.binary_join_element_wise("s", first, "_"), ""), " ")
-    return pc.replace_substring_regex(pc.fill_null(doc, ""), r"[0-9]+", " ").to_pylist()
+    return pc.replace_substring_regex(pc.fill_null(doc, ""), r"[0-9]+", " ")
 
 
 def host_codes(db: pa.Table) -> np.ndarray:
@@ -94,8 +99,40 @@ def host_rate(hosts: np.ndarray, events: np.ndarray, exposure: np.ndarray, globa
 
 
 def url_tokens(db: pa.Table) -> sp.csr_matrix:
-    """The hashed URL tokens of every row: per-row Python (tokenising), the cost of the features."""
-    return _vectorizer().transform(url_documents(db.column("url").combine_chunks()))
+    """The hashed URL tokens of every row: :func:`_vectorizer`'s ``transform`` of :func:`url_documents`,
+    computed with Arrow kernels over the column and one hash per distinct token.
+
+    Why: scikit-learn's HashingVectorizer runs a Python regex, a generator and a hash per row and token
+    (a third of a fresh round's reprioritise). The documents hold no digits (replaced by spaces), so
+    its tokens are the ``[a-z]+`` runs of ``str.lower(doc)``. Arrow's ``utf8_lower`` and ``str.lower``
+    differ in one letter that lowers to ASCII (U+0130: "i" against "i" + U+0307), which no document
+    holds: host and path are ``utf8_lower``-ed already, the extension is ASCII. The matrix is the
+    vectoriser's exactly (canonical CSR, binary float64 values): ``tests/test_prior_tokens.py``
+    compares both on random and crawl-like URLs.
+    """
+    import scipy.sparse as sp
+
+    words = pc.split_pattern_regex(pc.utf8_lower(_documents(db.column("url"))), "[^a-z]+")
+    flat = words.flatten()
+    row = np.repeat(np.arange(len(words), dtype=np.int64),
+                    np.diff(words.offsets.to_numpy()))  # the split yields no null lists: docs has no nulls
+    keep = pc.greater(pc.utf8_length(flat), 0)  # split leaves empty strings at the ends
+    enc = pc.dictionary_encode(flat.filter(keep))
+    col = _token_columns(enc.dictionary.to_pylist())[enc.indices.to_numpy(zero_copy_only=False)]
+    x = sp.csr_matrix((np.ones(col.size), (row[keep.to_numpy(zero_copy_only=False)], col)),
+                      shape=(len(words), N_FEATURES), dtype=np.float64)
+    x.sum_duplicates()  # canonical: sorted indices, one entry per (row, token)
+    x.data.fill(1.0)  # binary, as the vectoriser
+    return x
+
+
+def _token_columns(tokens: list[str]) -> np.ndarray:
+    """The column of each distinct token, as scikit-learn's FeatureHasher computes it (signed 32-bit
+    MurmurHash3 with seed 0 of the UTF-8 bytes, its absolute value modulo :data:`N_FEATURES`)."""
+    from sklearn.utils import murmurhash3_32
+
+    h = np.fromiter((murmurhash3_32(t, 0) for t in tokens), np.int64, len(tokens))
+    return np.where(h == -2 ** 31, (2 ** 31 - 1 - (N_FEATURES - 1)) % N_FEATURES, np.abs(h) % N_FEATURES)
 
 
 def features(db: pa.Table, host_rates: np.ndarray, tokens: sp.csr_matrix | None = None) -> sp.csr_matrix:
