@@ -6,7 +6,8 @@ replaying them on the same saved state gives same-input A/B figures in seconds, 
 and CPU seconds are far less sensitive to a shared box's load than wall time.
 
     python bench/round_timeline.py --hosts 1000 --pages 20000 --save-fetched /tmp/fetched20k
-    python bench/after_fetch_bench.py /tmp/fetched20k [--reps 3] [--profile 30]
+    python bench/after_fetch_bench.py /tmp/fetched20k [--reps 3] [--profile 30] [--keep /tmp/out-new]
+    python bench/after_fetch_compare.py /tmp/out-old /tmp/out-new   # the outputs of two trees, by DuckDB
 
 Update runs its per-shard merges (and per-partition links) in threads here (no Dask client), as
 ``crawl.update`` does without one; ``--workers N`` runs them on an embedded Dask cluster, as a round does.
@@ -33,8 +34,9 @@ from crawl import round as rnd  # noqa: E402
 from crawl.config import load_config  # noqa: E402
 
 
-def replay(saved: Path, profile: int, client: Any = None) -> dict[str, tuple[float, float]]:
-    """{step: (wall s, CPU s)} of update, reprioritise, publish on a fresh copy of ``saved``."""
+def replay(saved: Path, profile: int, client: Any = None, keep: Path | None = None) -> dict[str, tuple[float, float]]:
+    """{step: (wall s, CPU s)} of update, reprioritise, publish on a fresh copy of ``saved``; ``keep``:
+    where the crawl root is left afterwards (to compare two trees' outputs)."""
     work = Path(tempfile.mkdtemp(prefix="after-fetch-"))
     try:
         shutil.copytree(saved / "root", work / "root", ignore=shutil.ignore_patterns("lease"))  # the bench's, expired
@@ -61,6 +63,9 @@ def replay(saved: Path, profile: int, client: Any = None) -> dict[str, tuple[flo
                 for (path, line, f), (_cc, nc, tt, ct, _) in rows[:profile]:
                     short = path.split("/crawl/", 1)[-1] if "/crawl/" in path else path.rsplit("/", 1)[-1]
                     print(f"  {ct:7.3f} cum {tt:7.3f} own {nc:7d}x  {short}:{line}({f})")
+        if keep is not None:
+            shutil.rmtree(keep, ignore_errors=True)
+            shutil.copytree(work / "root", keep)
         return out
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -79,6 +84,7 @@ def main() -> None:
     ap.add_argument("saved", type=Path, help="a directory written by round_timeline.py --save-fetched")
     ap.add_argument("--reps", type=int, default=1)
     ap.add_argument("--profile", type=int, default=0, metavar="TOP")
+    ap.add_argument("--keep", type=Path, default=None, help="leave the first rep's crawl root here")
     ap.add_argument("--workers", type=int, default=0,
                     help="run update's tasks on an embedded Dask cluster of this many workers, as a round does "
                          "(0: threads in this process)")
@@ -103,7 +109,7 @@ def main() -> None:
 
 def run_reps(args: argparse.Namespace, client: Any) -> None:
     for rep in range(args.reps):
-        res = replay(args.saved, args.profile if rep == 0 else 0, client)
+        res = replay(args.saved, args.profile if rep == 0 else 0, client, args.keep if rep == 0 else None)
         print(f"rep {rep + 1}: " + "; ".join(f"{k} {w:.2f} s wall {c:.2f} s CPU" for k, (w, c) in res.items())
               + f"; total {sum(w for w, _ in res.values()):.2f} s wall {sum(c for _, c in res.values()):.2f} s CPU")
 

@@ -127,23 +127,33 @@ def _split_url(urls: pa.Array) -> dict[str, pa.Array]:
 
 def build_index(fetched: pa.Table, pages: pa.Table, dup_info: pa.Table, round_no: int) -> pa.Table:
     """Index rows for every fetch attempt that left a WARC record."""
+    return with_merge_columns(index_rows(fetched, pages, round_no), dup_info)
+
+
+#: The index columns that come from update's shard merges (``dup_info``: a URL's CrawlDb depth, its
+#: change decision, its final status and original); every other column is known before the merges.
+MERGE_COLUMNS = ("crawl_status", "duplicate_of", "depth", "changed")
+
+
+def index_rows(fetched: pa.Table, pages: pa.Table, round_no: int) -> pa.Table:
+    """:func:`build_index` without the merges' columns: :data:`MERGE_COLUMNS` hold the fetch row's
+    status, null, its depth, null (what they are for a URL no merge saw) until
+    :func:`with_merge_columns` fills them. Why split: update builds these rows (URL splitting, SURTs:
+    most of the index's CPU) while its shard merges run on the workers."""
     con = duckdb.connect()
     con.register("f", fetched.filter(pc.is_valid(fetched.column("warc_filename"))))
     con.register("p", pages)
-    con.register("d", dup_info)
     t = con.sql("""
         SELECT f.url, f.url_hash, f.fetch_time, f.http_status, f.redirect_location, f.payload_digest,
                lower(trim(split_part(f.content_type, ';', 1))) AS content_mime_type,
                p.content_mime_detected, p.content_charset, p.content_languages, f.truncated,
                f.warc_filename, f.warc_record_offset, f.warc_record_length,
-               CASE WHEN f.subset = 'robotstxt' THEN f.status ELSE coalesce(d.status, f.status) END AS status,
-               f.warc_type,
-               p.simhash, CASE WHEN f.subset = 'robotstxt' THEN NULL ELSE d.duplicate_of END AS duplicate_of,
-               coalesce(d.depth, f.depth) AS depth, p.text_length, p.outlink_count,
-               CASE WHEN f.subset = 'robotstxt' THEN NULL ELSE d.changed END AS changed, f.subset, f.part
-        FROM f LEFT JOIN p USING (url_hash) LEFT JOIN d USING (url_hash)
+               f.status, f.warc_type, p.simhash, NULL::VARCHAR AS duplicate_of, f.depth,
+               p.text_length, p.outlink_count, NULL::BOOLEAN AS changed, f.subset, f.part
+        FROM f LEFT JOIN p USING (url_hash)
         ORDER BY f.part, f.warc_filename, f.warc_record_offset
     """).to_arrow_table()
+    con.close()
     urls = t.column("url").combine_chunks()
     split = _split_url(urls)
     digest = pc.replace_substring_regex(t.column("payload_digest"), "^sha1:", "")
@@ -178,6 +188,32 @@ def build_index(fetched: pa.Table, pages: pa.Table, dup_info: pa.Table, round_no
     }
     table = pa.Table.from_arrays([cols[f.name].cast(f.type) for f in INDEX_SCHEMA], schema=INDEX_SCHEMA)
     return table.append_column("subset", t.column("subset")).append_column("part", t.column("part"))
+
+
+def with_merge_columns(rows: pa.Table, dup_info: pa.Table) -> pa.Table:
+    """:func:`index_rows` with :data:`MERGE_COLUMNS` from the merges' ``dup_info`` (one row per URL
+    hash): for a URL a merge saw, its status (duplicate, near-duplicate), original, CrawlDb depth and
+    change decision; robots.txt captures keep their own status and no original or change. Rows keep
+    their order (a lookup by URL hash, where an SQL join would reorder)."""
+    hashes = dup_info.column("url_hash").combine_chunks()
+    if pc.count_distinct(hashes).as_py() != len(hashes):
+        raise ValueError("dup_info holds a URL hash twice: one merge row per URL expected")
+    at = pc.index_in(rows.column("url_hash"), value_set=hashes)
+    if not pc.any(pc.is_valid(at)).as_py():
+        at = None  # nothing to look up (the empty dup_info of a round without page fetches)
+    robots = pc.fill_null(pc.equal(rows.column("subset"), "robotstxt"), False)
+    out = rows
+    for name, source in zip(MERGE_COLUMNS, ("status", "duplicate_of", "depth", "changed"), strict=True):
+        typ = rows.schema.field(name).type
+        d = dup_info.column(source).take(at).cast(typ) if at is not None else pa.nulls(rows.num_rows, typ)
+        if name == "crawl_status":  # robots.txt captures keep their own
+            col = pc.if_else(robots, rows.column(name), pc.coalesce(d, rows.column(name)))
+        elif name == "depth":
+            col = pc.coalesce(d, rows.column(name))
+        else:  # only a merge knows them, and never for robots.txt
+            col = pc.if_else(robots, pa.scalar(None, typ), d)
+        out = out.set_column(out.schema.get_field_index(name), name, col)
+    return out
 
 
 #: The columns of a partition's pages that the round's index and update read (:func:`build_index`,
@@ -263,8 +299,21 @@ def _texts_by_duckdb(fetched: pa.Table, pages: pa.Table, round_no: int) -> tuple
 
 def write_outputs(cfg: CrawlConfig, store: Store, round_no: int, fetch_parts: list[str], fetched: pa.Table,
                   pages: pa.Table, link_graph: pa.Table, dup_info: pa.Table) -> None:
-    idx = build_index(fetched, pages, dup_info, round_no)
-    parts = sorted({int(p.rsplit("part=", 1)[1].split(".")[0]) for p in fetch_parts})
+    """The round's index and links files (staged until publish). Update writes the same files in two
+    halves around its shard merges (:func:`write_links` + :func:`index_rows` before, :func:`write_index`
+    after); this is both at once."""
+    parts = parts_of(fetch_parts)
+    write_links(store, round_no, parts, link_graph)
+    write_index(store, round_no, parts, build_index(fetched, pages, dup_info, round_no))
+
+
+def parts_of(fetch_parts: list[str]) -> list[int]:
+    """The partition numbers of the round's fetch part files, in order."""
+    return sorted({int(p.rsplit("part=", 1)[1].split(".")[0]) for p in fetch_parts})
+
+
+def write_index(store: Store, round_no: int, parts: list[int], idx: pa.Table) -> None:
+    """The index files of every partition and subset from :func:`build_index`'s rows."""
     for part in parts:
         sel = idx.filter(pc.equal(idx.column("part"), part))
         for subset in ("warc", "crawldiagnostics", "robotstxt", "sitemap"):
@@ -274,6 +323,11 @@ def write_outputs(cfg: CrawlConfig, store: Store, round_no: int, fetch_parts: li
                 store.write_table(rel, rows)
             else:
                 store.remove(rel)  # a rerun with fewer rows must not leave a stale file behind
+
+
+def write_links(store: Store, round_no: int, parts: list[int], link_graph: pa.Table) -> None:
+    """The links file of every partition (the round's link graph: nothing in it comes from the merges)."""
+    for part in parts:
         lp = link_graph.filter(pc.equal(link_graph.column("part"), part)) if link_graph.num_rows else link_graph
         lt = pa.table({
             "from_hash": lp.column("from_hash"), "to_hash": lp.column("to_hash"), "to_url": lp.column("to_url"),
