@@ -6,10 +6,12 @@ concern; what the answer means is :mod:`crawl.fetch.outcome`'s.
 
 from __future__ import annotations
 
+import re
 import zlib
 from dataclasses import dataclass
 
 import aiohttp
+from yarl import URL
 
 from crawl.errors import FetchStopped
 from crawl.fetch.scheduler import _Host, _Slot
@@ -17,6 +19,29 @@ from crawl.ftp import FtpLimits, fetch_ftp
 
 FTP_PREFIX = "ftp://"  # URLs the ftp handler (crawl.ftp) fetches
 _CHUNK = 65_536
+
+# An http(s) URL that yarl's parser gives back unchanged (:func:`request_url`): a lower-case ASCII host
+# name with no user info or port, a path of characters yarl's path quoter keeps as they are (no '%'),
+# an optional query of characters its query quoter keeps, no fragment; dot segments are checked apart.
+_PLAIN_URL = re.compile(r"(https?)://([a-z0-9-]+(?:\.[a-z0-9-]+)*)(/[A-Za-z0-9._~!$&'()*+,;=:@/-]*)"
+                        r"(?:\?([A-Za-z0-9._~!$'()*,;:@/?=&-]+))?")
+_DOT_SEGMENT = re.compile(r"/\.\.?(?:/|$)")
+
+
+def request_url(url: str) -> URL | str:
+    """What the fetcher hands aiohttp for ``url``: a prebuilt ``yarl.URL`` (``encoded=True``) when
+    yarl's own parse of the string would give the same URL (:data:`_PLAIN_URL`, as canonical URLs of
+    ordinary sites are), else the string, for aiohttp to parse and quote as before.
+
+    Why: aiohttp parses every request's URL string with yarl (split, requote, normalise the path:
+    ~3.5 us a request); building it from the already canonical parts costs ~1 us. The request line
+    and Host header are the same (tests/test_fetch_request_url.py compares both ways over generated URLs).
+    """
+    m = _PLAIN_URL.fullmatch(url)
+    if m is None or _DOT_SEGMENT.search(m.group(3)):
+        return url
+    scheme, host, path, query = m.groups()
+    return URL.build(scheme=scheme, host=host, path=path, query_string=query or "", encoded=True)
 
 
 @dataclass
@@ -68,7 +93,7 @@ class _HttpCalls:
         # ClientTimeout(total=cfg.total_timeout_s): one timer per request, the one aiohttp starts
         # anyway, instead of a second asyncio.timeout around it
         try:
-            async with self.session.get(url, headers=headers, allow_redirects=False,
+            async with self.session.get(request_url(url), headers=headers, allow_redirects=False,
                                         trace_request_ctx=s) as resp:
                 self._answered(s)
                 status = resp.status
