@@ -74,7 +74,7 @@ from crawl.checkpoint import (
 from crawl.config import CrawlConfig
 from crawl.digests import KnownDigests
 from crawl.errors import FetchStopped
-from crawl.fetch.http import _CHUNK, FTP_PREFIX, _HttpCalls
+from crawl.fetch.http import _CHUNK, FTP_PREFIX, _HttpCalls, use_read_timer
 from crawl.fetch.outcome import (
     SUBSET_DIAG,
     SUBSET_ROBOTS,
@@ -306,11 +306,11 @@ class _Fetcher(_Scheduling, _HttpCalls, _Outcomes, _RobotsFetch, _SitemapFetch, 
             trace = aiohttp.TraceConfig()
             trace.on_request_headers_sent.append(self._on_headers_sent)
             traces.append(trace)
-        connector = guarded_connector(  # the SSRF guard sits at every socket this session opens
+        connector = use_read_timer(guarded_connector(  # the SSRF guard sits at every socket this session opens
             self.resolver, verify_tls=cfg.verify_tls,
             limit=cfg.max_concurrent_hosts * cfg.max_in_flight_per_host,
             limit_per_host=cfg.max_in_flight_per_host,
-        )
+        ))
         # total bounds a whole request, body included (aiohttp's own per-request timer; its
         # ceil_threshold rounds a total of 5 s or more up to the loop clock's next whole second)
         self.timeout = aiohttp.ClientTimeout(total=cfg.total_timeout_s, sock_connect=cfg.connect_timeout_s,
