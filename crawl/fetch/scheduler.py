@@ -76,7 +76,11 @@ class _Slot:
         return None
 
     def has_work(self) -> bool:
-        return any(h.queue and not h.closed for h in self.hosts)
+        hosts = self.hosts
+        if len(hosts) == 1:  # the default host key: no generator per call (three calls per request)
+            h = hosts[0]
+            return bool(h.queue) and not h.closed
+        return any(h.queue and not h.closed for h in hosts)
 
 
 @dataclass
