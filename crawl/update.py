@@ -126,19 +126,22 @@ def update(cfg: CrawlConfig, round_no: int, now: datetime, client: Any = None) -
     fetched_all = _read_with_part(store, fetch_parts)
     # without the text and title: the parse tasks wrote them to the text files (crawl.index.write_part_texts)
     pages = read_pages(store, round_no)
-    # the index rows (URL splitting, SURTs) need nothing from prepare or the merges but four columns
-    # (crawl.index.with_merge_columns): a side thread builds them, then writes the links files, while
-    # this thread runs prepare and the workers the shard merges
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="update-index") as side:
+    # what needs nothing from prepare or the merges runs in a side thread while this thread runs prepare
+    # and the workers the shard merges: the index rows (URL splitting, SURTs; all but four columns,
+    # crawl.index.with_merge_columns), the digest table and the robots cache, then the links files
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="update-side") as side:
         idx_rows = side.submit(index.index_rows, fetched_all, pages, round_no)
+        side_writes = [side.submit(_write_digests, store, round_no, fetched_all),
+                       side.submit(_write_robots, store, round_no)]
         stats, link_graph, round_health = _health_and_prepare(cfg, store, round_no, fetched_all, pages, links_of)
         parts = index.parts_of(fetch_parts)
-        links_written = side.submit(index.write_links, store, round_no, parts, link_graph)
-        shard_stats = _merge_shards(cfg, store, round_no, client, fetched_all)
+        side_writes.append(side.submit(index.write_links, store, round_no, parts, link_graph))
+        shard_stats = _merge_shards(cfg, round_no, client)
         dup_info = store.read_tables([_shard_rel(store, round_no, "dupinfo", s) for s in range(cfg.url_shards)],
                                      DUP_INFO_SCHEMA)
         index.write_index(store, round_no, parts, index.with_merge_columns(idx_rows.result(), dup_info))
-        links_written.result()
+        for job in side_writes:
+            job.result()
 
     status_counts: dict[str, int] = {}
     for st in shard_stats:
@@ -168,25 +171,18 @@ def _health_and_prepare(cfg: CrawlConfig, store: Store, round_no: int, fetched_a
     return stats, link_graph, round_health
 
 
-def _merge_shards(cfg: CrawlConfig, store: Store, round_no: int, client: Any,
-                  fetched_all: pa.Table) -> list[dict[str, Any]]:
+def _merge_shards(cfg: CrawlConfig, round_no: int, client: Any) -> list[dict[str, Any]]:
     """:func:`merge_shard` of every shard (Dask tasks with a client, else two threads): their stats."""
     shards = list(range(cfg.url_shards))
-    # the digest table and the robots cache (which no shard merge reads) are written while the merges run
     if client is not None:
         futures = client.map(merge_shard, [cfg] * len(shards), [round_no] * len(shards), shards,
                              key=[f"update-{cfg.crawl_id}-{round_no}-{s}" for s in shards], pure=False)
         from crawl.cluster import wait_all
 
-        _write_digests(store, round_no, fetched_all)
-        _write_robots(store, round_no)
         wait_all(client, futures, cfg, f"round {round_no} update")  # fails naming the scheduler, never hangs
         return [f.result() for f in futures]
     with ThreadPoolExecutor(max_workers=2) as pool:
-        jobs = [pool.submit(merge_shard, cfg, round_no, s) for s in shards]
-        _write_digests(store, round_no, fetched_all)
-        _write_robots(store, round_no)
-        return [j.result() for j in jobs]
+        return list(pool.map(lambda s: merge_shard(cfg, round_no, s), shards))
 
 
 def _injects_only_known(cfg: CrawlConfig, store: Store, round_no: int) -> bool:
