@@ -314,23 +314,25 @@ def parts_of(fetch_parts: list[str]) -> list[int]:
 
 def write_index(store: Store, round_no: int, parts: list[int], idx: pa.Table) -> None:
     """The index files of every partition and subset from :func:`build_index`'s rows."""
+    files = []
     for part in parts:
         sel = idx.filter(pc.equal(idx.column("part"), part))
         for subset in ("warc", "crawldiagnostics", "robotstxt", "sitemap"):
             rows = sel.filter(pc.equal(sel.column("subset"), subset)).select(INDEX_SCHEMA.names)
-            rel = store.staged(round_no, store.index_file(subset, round_no, part))
-            if rows.num_rows:
-                store.write_table(rel, rows)
-            else:
-                store.remove(rel)  # a rerun with fewer rows must not leave a stale file behind
+            # no rows: removed, so a rerun with fewer rows leaves no stale file behind
+            files.append((store.staged(round_no, store.index_file(subset, round_no, part)),
+                          rows if rows.num_rows else None))
+    store.write_tables(files)
 
 
 def write_links(store: Store, round_no: int, parts: list[int], link_graph: pa.Table) -> None:
     """The links file of every partition (the round's link graph: nothing in it comes from the merges)."""
+    files = []
     for part in parts:
         lp = link_graph.filter(pc.equal(link_graph.column("part"), part)) if link_graph.num_rows else link_graph
         lt = pa.table({
             "from_hash": lp.column("from_hash"), "to_hash": lp.column("to_hash"), "to_url": lp.column("to_url"),
             "kind": lp.column("kind"), "round": pa.array(np.full(lp.num_rows, round_no, np.int32)),
         })
-        store.write_table(store.staged(round_no, store.links_file(round_no, part)), lt.cast(LINKS_SCHEMA))
+        files.append((store.staged(round_no, store.links_file(round_no, part)), lt.cast(LINKS_SCHEMA)))
+    store.write_tables(files)

@@ -27,6 +27,7 @@ become ``gone`` after the last try.
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -238,29 +239,27 @@ def reprioritise(cfg: CrawlConfig, store: Store, round_no: int, db: pa.Table,
     spacing_s = round_spacing_s(store, round_no, now_s)
     stats: dict[str, Any] = {"policy": policy, "round_spacing_s": spacing_s}
 
-    # ---- change rate ----
-    events, exposure = cr.evidence(changes, unchanged_d, changed_d,
-                                   _lastmod_age_days(db, success_s) if policy == "default" else np.full(n, np.nan))
-    if policy == "default":
-        prior, stats["model"] = prior_mod.for_round(store, round_no, db, events, exposure, checks,
-                                                    cfg.prior_every_rounds, partial=others is not None)
-    else:
-        total = float(exposure.sum())
-        prior = np.full(n, events.sum() / total if total > 0 else 1.0 / 7.0)
-    rate = cr.gamma_poisson(prior, events, exposure)
-    if policy == "oracle":
-        true = oracle_rates(cfg.oracle_rates_path, db.column("url"))
-        rate = np.where(np.isnan(true), rate, np.clip(true, cr.MIN_RATE, cr.MAX_RATE))
+    # importance needs only the hashes, the rows' importance and the link files, nothing the change
+    # rate computes: a side thread reads the links and runs PageRank while this one fits the prior
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="reprioritise-rank") as side:
+        ranked = side.submit(_importance, cfg, store, round_no, db, others is None)
 
-    # ---- importance ----
-    if others is None:
-        importance, inlinks, stats["importance"] = rank.for_round(
-            store, round_no, db.column("url_hash").to_numpy(), _num(db, "importance", np.nan), _num(db, "inlinks"),
-            cfg.importance_every_rounds)
-    else:  # the linkers of new rows are pages fetched this round: touched rows, all in ``db``
-        importance, inlinks = rank.incremental(store, round_no, db.column("url_hash").to_numpy(),
-                                               _num(db, "importance", np.nan), _num(db, "inlinks"))
-        stats["importance"] = "incremental"
+        # ---- change rate ----
+        events, exposure = cr.evidence(changes, unchanged_d, changed_d,
+                                       _lastmod_age_days(db, success_s) if policy == "default" else np.full(n, np.nan))
+        if policy == "default":
+            prior, stats["model"] = prior_mod.for_round(store, round_no, db, events, exposure, checks,
+                                                        cfg.prior_every_rounds, partial=others is not None)
+        else:
+            total = float(exposure.sum())
+            prior = np.full(n, events.sum() / total if total > 0 else 1.0 / 7.0)
+        rate = cr.gamma_poisson(prior, events, exposure)
+        if policy == "oracle":
+            true = oracle_rates(cfg.oracle_rates_path, db.column("url"))
+            rate = np.where(np.isnan(true), rate, np.clip(true, cr.MIN_RATE, cr.MAX_RATE))
+
+        # ---- importance ----
+        importance, inlinks, stats["importance"] = ranked.result()
     if policy in ("estimator", "uniform"):
         weight = np.ones(n)
     else:
@@ -339,6 +338,20 @@ def reprioritise(cfg: CrawlConfig, store: Store, round_no: int, db: pa.Table,
                   "due_next": due_next, "refetch_budget": int(refetch_budget),
                   "mean_rate_content": float(rate[content].mean()) if content.any() else None})
     return out, stats
+
+
+def _importance(cfg: CrawlConfig, store: Store, round_no: int, db: pa.Table,
+                full: bool) -> tuple[np.ndarray, np.ndarray, str]:
+    """(importance, in-links, how) of every row of ``db``: :func:`crawl.rank.for_round` when every row
+    is rescored (``full``), else :func:`crawl.rank.incremental` (the linkers of new rows are pages
+    fetched this round: touched rows, all in ``db``)."""
+    hashes = db.column("url_hash").to_numpy()
+    if full:
+        return rank.for_round(store, round_no, hashes, _num(db, "importance", np.nan), _num(db, "inlinks"),
+                              cfg.importance_every_rounds)
+    importance, inlinks = rank.incremental(store, round_no, hashes, _num(db, "importance", np.nan),
+                                           _num(db, "inlinks"))
+    return importance, inlinks, "incremental"
 
 
 def carry_forward(cfg: CrawlConfig, store: Store, round_no: int) -> dict[str, Any] | None:

@@ -298,10 +298,10 @@ def prepare(cfg: CrawlConfig, store: Store, round_no: int, fetched_all: pa.Table
     f_shard = crawldb.shard_of(fupd.column("url_hash"), cfg.url_shards)
     n_shard = crawldb.shard_of(new_rows.column("url_hash"), cfg.url_shards)
     e_shard = crawldb.shard_of(sm_evidence.column("url_hash"), cfg.url_shards)
-    for s in range(cfg.url_shards):
-        store.write_table(_shard_rel(store, round_no, "fetch", s), fupd.filter(pa.array(f_shard == s)))
-        store.write_table(_shard_rel(store, round_no, "new", s), new_rows.filter(pa.array(n_shard == s)))
-        store.write_table(_shard_rel(store, round_no, "sitemap", s), sm_evidence.filter(pa.array(e_shard == s)))
+    store.write_tables([(_shard_rel(store, round_no, kind, s), t.filter(pa.array(where == s)))
+                        for s in range(cfg.url_shards)
+                        for kind, t, where in (("fetch", fupd, f_shard), ("new", new_rows, n_shard),
+                                               ("sitemap", sm_evidence, e_shard))])
     return {"links": link_graph.num_rows, "new_urls": int(pc.sum(pc.equal(new_rows.column("source"), "link")
                                                                    ).as_py() or 0) if new_rows.num_rows else 0,
             "discovered": new_rows.num_rows, "sitemap_entries": sm_evidence.num_rows, **seen_stats}, link_graph
