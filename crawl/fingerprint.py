@@ -87,8 +87,6 @@ _UNSAFE_RE = re.compile("[^\x00-\x7f" + re.escape(_SAFE) + "]")
 # whitespace that str.split() knows beyond ASCII (bytes.split() does not know these; nor \x1c-\x1f)
 _UNICODE_WS = "\x85\xa0\u1680" + "".join(map(chr, range(0x2000, 0x200B))) + "\u2028\u2029\u202f\u205f\u3000"
 _UNICODE_WS_RE = re.compile(f"[{_UNICODE_WS}]")
-# the ones NFKC keeps (the others map to a space): the only ones an NFKC-normalised text can hold
-_NFKC_STABLE_WS = "".join(c for c in _UNICODE_WS if unicodedata.normalize("NFKC", c) == c)
 
 
 # Unsafe characters that NFKC maps on their own whatever surrounds them: class 0, and their NFKC
@@ -102,19 +100,17 @@ _REPLACE = {
 }
 
 
-def _nfkc_spans(text: str) -> tuple[str, bool]:
-    """(NFKC of ``text``, whether it may hold whitespace beyond ASCII), normalising only unsafe runs."""
-    if text.isascii():
-        return text, False
+def _nfkc(text: str) -> str:
+    """``unicodedata.normalize("NFKC", text)``, normalising only the runs that can change."""
     # NFKC's quick check in C (~1 ns per character): ~half the simulated web's texts need no change,
     # and the scan below costs ~5x more
-    if unicodedata.is_normalized("NFKC", text):
-        return text, any(c in text for c in _NFKC_STABLE_WS)
+    if text.isascii() or unicodedata.is_normalized("NFKC", text):
+        return text
     return _nfkc_scan(text)
 
 
-def _nfkc_scan(text: str) -> tuple[str, bool]:
-    """:func:`_nfkc_spans` of a text known to need normalising."""
+def _nfkc_scan(text: str) -> str:
+    """:func:`_nfkc` of a text known to need normalising."""
     others = 0
 
     def replace(m: re.Match[str]) -> str:
@@ -127,14 +123,13 @@ def _nfkc_scan(text: str) -> tuple[str, bool]:
 
     out, count = _UNSAFE_RE.subn(replace, text)  # one C scan, a callback per unsafe character
     if count == 0:
-        return text, False
+        return text
     if others == 0:
-        return out, False
+        return out
     m = _UNSAFE_RE.search(text)  # characters whose neighbours matter: normalise whole runs
     out: list[str] = []
     pos = 0
     n = len(text)
-    odd_ws = False
     while m is not None:
         i = m.start()
         s = i
@@ -146,18 +141,12 @@ def _nfkc_scan(text: str) -> tuple[str, bool]:
         while e < n and not text[e].isascii():
             e += 1
         span = unicodedata.normalize("NFKC", text[s:e])
-        odd_ws = odd_ws or _UNICODE_WS_RE.search(span) is not None
         out.append(text[pos:s])
         out.append(span)
         pos = e
         m = _UNSAFE_RE.search(text, e)
     out.append(text[pos:])
-    return "".join(out), odd_ws
-
-
-def _nfkc(text: str) -> str:
-    """``unicodedata.normalize("NFKC", text)``, normalising only the runs that can change."""
-    return _nfkc_spans(text)[0]
+    return "".join(out)
 
 
 @functools.cache
@@ -314,76 +303,47 @@ def _fingerprint_rows(texts: Sequence[str | None], rows: list[int], parts: list[
             _, _, out1, off1 = _run_kernel([parts[k]], 1)
             digests[i] = _b32sha1(memoryview(out1)[:off1[1]])
         else:
-            normal, odd_ws = _nfkc_scan(text)
-            digests[i] = _b32sha1(collapse_ws(normal.lower().encode("utf-8"), odd_ws))
+            normal = _nfkc_scan(text)
+            digests[i] = _b32sha1(collapse_ws(normal.lower().encode("utf-8")))
 
 
 def _digest_bytes(text: str, raw: bytes) -> bytes:
     """What the text digest hashes, ``" ".join(NFKC(text).lower().split())`` as UTF-8, given ``raw``,
     UTF-8 of ``text.lower()``, in Python: ASCII and NFKC-normalised texts need no normalising, the
     rest :func:`_nfkc_scan`."""
-    if text.isascii():
-        return collapse_ws(raw, False)
-    if unicodedata.is_normalized("NFKC", text):  # C quick check, ~1 ns per character
-        return collapse_ws(raw, any(c in text for c in _NFKC_STABLE_WS))
-    normal, odd_ws = _nfkc_scan(text)
-    return collapse_ws(raw if normal is text else normal.lower().encode("utf-8"), odd_ws)
+    if text.isascii() or unicodedata.is_normalized("NFKC", text):  # C quick check, ~1 ns per character
+        return collapse_ws(raw)
+    normal = _nfkc_scan(text)
+    return collapse_ws(raw if normal is text else normal.lower().encode("utf-8"))
 
 
-# str.split()'s ASCII whitespace (bytes.split() leaves out \x1c-\x1f), each to a space
-_WS_TO_SPACE = bytes.maketrans(b"\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f", b" " * 9)
-
-
-def collapse_ws(data: bytes, unicode_ws: bool = True) -> bytes:
+def collapse_ws(data: bytes) -> bytes:
     """``" ".join(s.split()).encode()`` for ``data = s.encode()``: every whitespace run one space,
-    none at either end. ``unicode_ws=False``: the caller knows ``s`` holds no whitespace beyond ASCII.
+    none at either end (:func:`collapse_many` of one text)."""
+    out, off = collapse_many([data])
+    return out[:off[1]].tobytes()
 
-    Why: ``str.split`` makes a Python string per word (~2,500 per page); this is a byte translation
-    and one NumPy compress (plus one for the rare whitespace beyond ASCII), ~4x cheaper on
-    simulated-web text (bench/RESULTS.md, "Parse CPU, session 4").
+
+def collapse_many(parts: Sequence[bytes], verbatim: Sequence[bool] | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """UTF-8 texts ``parts`` whitespace-collapsed as :func:`collapse_ws` (those with ``verbatim[i]``
+    true copied as they are), concatenated: (bytes, int64 offsets), text i at ``off[i]:off[i + 1]``.
+
+    Why: parse's text column collapses every HTML page's text (~30 KB); ``str.split`` made a Python
+    string per word, the NumPy version four full-size passes plus a scan for whitespace beyond ASCII.
+    This is one compiled pass (:func:`crawl.fingerprint_kernel.collapse_batch`) writing straight into
+    the buffer the Arrow column is built from.
     """
-    a = np.frombuffer(data.translate(_WS_TO_SPACE), np.uint8)
-    if unicode_ws and not data.isascii():
-        a = _unicode_ws_to_space(a)
-    if a.size < 2:
-        return a.tobytes().strip(b" ")
-    space = a == 32
-    keep = np.empty(a.size, bool)
-    keep[0] = True
-    np.logical_not(space[1:] & space[:-1], out=keep[1:])  # drop a space that follows a space
-    return a[keep].tobytes().strip(b" ")
+    from crawl.fingerprint_kernel import collapse_batch
 
-
-# UTF-8 of _UNICODE_WS: two-byte ones (lead C2) by second byte, three-byte ones as a 24-bit number
-_UWS2 = sorted(c.encode()[1] for c in _UNICODE_WS if len(c.encode()) == 2)
-_UWS3 = np.array(sorted(int.from_bytes(c.encode(), "big") for c in _UNICODE_WS if len(c.encode()) == 3), np.int32)
-assert _UWS2 == [0x85, 0xA0] and {c.encode()[0] for c in _UNICODE_WS if len(c.encode()) == 3} == {0xE1, 0xE2, 0xE3}
-
-
-def _unicode_ws_to_space(a: np.ndarray) -> np.ndarray:
-    """UTF-8 bytes ``a`` with each whitespace character beyond ASCII replaced by one space (32).
-
-    Only bytes >= C2 can start one (C2 85, C2 A0, E1-E3 + two); in valid UTF-8 such a byte is
-    always a lead byte, so its next bytes are the character's own."""
-    at = np.flatnonzero(a[:-1] >= 0xC2)
-    if at.size == 0:
-        return a
-    lead, second = a[at], a[at + 1]
-    two = at[(lead == 0xC2) & ((second == 0x85) | (second == 0xA0))]
-    at3 = at[(lead - np.uint8(0xE1)) <= 2]
-    at3 = at3[at3 < a.size - 2]
-    key = (a[at3].astype(np.int32) << 16) | (a[at3 + 1].astype(np.int32) << 8) | a[at3 + 2]
-    three = at3[_UWS3[np.minimum(np.searchsorted(_UWS3, key), _UWS3.size - 1)] == key]
-    if two.size == 0 and three.size == 0:
-        return a
-    out = a.copy()
-    out[two] = 32
-    out[three] = 32
-    keep = np.ones(a.size, bool)
-    keep[two + 1] = False
-    keep[three + 1] = False
-    keep[three + 2] = False
-    return out[keep]
+    ws = _tables()[4]
+    starts = np.zeros(len(parts) + 1, np.int64)
+    np.cumsum([len(p) for p in parts], out=starts[1:])
+    src = np.frombuffer(b"".join(parts), np.uint8)
+    flags = np.zeros(len(parts), np.uint8) if verbatim is None else np.array(verbatim, np.uint8)
+    out = np.empty(src.size, np.uint8)
+    off = np.zeros(len(parts) + 1, np.int64)
+    collapse_batch(src, starts, flags, ws, out, off)
+    return out, off
 
 
 def _b32sha1(data: bytes | memoryview) -> str:

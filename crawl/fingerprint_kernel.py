@@ -255,3 +255,55 @@ def fingerprint_batch(src, starts, low, dig, repl, repl_off, ws, word, mode, sim
         status[t] = st
         o = e
     out_off[starts.size - 1] = o
+
+
+@_jit
+def collapse_batch(src, starts, verbatim, ws, out, out_off):  # type: ignore[no-untyped-def]
+    """``" ".join(text.split())`` of each UTF-8 text ``src[starts[t]:starts[t + 1]]`` into
+    ``out[out_off[t]:out_off[t + 1]]`` (``verbatim[t]``: copied as it is). Whitespace is ``str.isspace``
+    (table ``ws``, ASCII and BMP); ASCII bytes take a branch-free path."""
+    o = 0
+    for t in range(starts.size - 1):
+        out_off[t] = o
+        a = starts[t]
+        b = starts[t + 1]
+        if verbatim[t]:
+            out[o:o + b - a] = src[a:b]
+            o += b - a
+            continue
+        o0 = o
+        last = True  # the last byte kept was a space (or nothing was kept): a space now is dropped
+        i = a
+        while i < b:
+            c = src[i]
+            if c < 0x80:
+                space = ws[c]
+                out[o] = 32 if space else c
+                o += 1 if not (space and last) else 0
+                last = space != 0
+                i += 1
+                continue
+            if c < 0xE0:
+                n = 2
+                cp = (np.int64(c & 0x1F) << 6) | np.int64(src[i + 1] & 0x3F)
+            elif c < 0xF0:
+                n = 3
+                cp = ((np.int64(c & 0x0F) << 12) | (np.int64(src[i + 1] & 0x3F) << 6)
+                      | np.int64(src[i + 2] & 0x3F))
+            else:
+                n = 4
+                cp = 0x10000  # no whitespace beyond the BMP
+            if cp < ws.size and ws[cp]:
+                if not last:
+                    out[o] = 32
+                    o += 1
+                    last = True
+            else:
+                for k in range(n):
+                    out[o + k] = src[i + k]
+                o += n
+                last = False
+            i += n
+        if last and o > o0:  # a trailing space
+            o -= 1
+    out_off[starts.size - 1] = o
