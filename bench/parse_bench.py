@@ -9,7 +9,7 @@ Single process, single core. Run: ``.venv/bin/python bench/parse_bench.py [--pag
 over one real WARC file written from the simulated web's pages (``crawl.simweb``: ~20 pages per host,
 HTML with menus, relative and absolute links, ``<base>``, accents and typographic characters, plus a
 few PDFs and images; ``--html-only`` keeps the HTML pages). ``--baseline-rev REV`` also runs
-``crawl/parse.py``, ``crawl/fingerprint.py`` and the link resolution (``crawl/url/links.py``,
+``crawl/parse.py``, ``crawl/fingerprint.py`` (with its ``crawl/fingerprint_kernel.py``) and the link resolution (``crawl/url/links.py``,
 ``crawl/url/parse.py``) as they were at git revision REV, interleaved with the current ones (``--reps``
 runs per side, alternating which goes first), checks that both give identical page and link tables,
 and prints CPU ms per page of each side and ``RESULT parse_cpu_ms_per_page=… baseline=… ratio=…``::
@@ -195,7 +195,13 @@ def load_parse_at(rev: str):
     tmp = tempfile.mkdtemp(prefix="parse_rev_")
     mods = {}
     parse_src = source("crawl/parse.py").replace("from crawl.fingerprint import", "from parse_baseline_fingerprint import")
-    modules = [("parse_baseline_fingerprint", source("crawl/fingerprint.py"))]
+    fingerprint_src = source("crawl/fingerprint.py")
+    modules = []
+    if "crawl.fingerprint_kernel" in fingerprint_src:  # that revision's compiled kernel too (numba)
+        fingerprint_src = fingerprint_src.replace("from crawl.fingerprint_kernel import",
+                                                  "from parse_baseline_fingerprint_kernel import")
+        modules.append(("parse_baseline_fingerprint_kernel", source("crawl/fingerprint_kernel.py")))
+    modules.append(("parse_baseline_fingerprint", fingerprint_src))
     link_import = "from crawl.url import WEB_SCHEMES, resolve_many"
     if link_import in parse_src:  # that revision's link resolution too (crawl/url/links.py and parse.py)
         parse_src = parse_src.replace(link_import, "from parse_baseline_links import WEB_SCHEMES, resolve_many")

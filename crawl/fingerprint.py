@@ -165,7 +165,7 @@ def _tables() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarra
       ``repl[repl_off[k]:repl_off[k + 1]]``;
     - ``ws`` (uint8, BMP): ``str.isspace``, what ``str.split`` splits on;
     - ``word``: the SimHash tokeniser's ASCII word bytes ``[0-9a-z_]``;
-    - the largest number of digest bytes per input byte, for the output buffer.
+    - the most digest bytes one character can give, for the output buffer.
     """
     low = np.arange(_LOW_LIMIT, dtype=np.int32)
     dig = np.full(0x10000, -1, np.int16)
@@ -173,7 +173,6 @@ def _tables() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarra
     ws = np.zeros(0x10000, np.uint8)
     repl: list[bytes] = [b""]
     index: dict[bytes, int] = {}
-    ratio = 1.0
     for cp in range(0x80, _LOW_LIMIT):
         c = chr(cp)
         lo = c.lower()
@@ -185,44 +184,54 @@ def _tables() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarra
         ws[cp] = c.isspace()
         if cp < 0x80 or low[cp] < 0 or 0xD800 <= cp < 0xE000:
             continue
-        size = len(c.encode())
         if c in _SAFE_SET:
             dig[cp] = 0
-            ratio = max(ratio, len(chr(low[cp]).encode()) / size)
         elif c in _REPLACE and "\u03a3" not in _REPLACE[c]:
             r = _REPLACE[c].lower().encode()
             dig[cp] = index.setdefault(r, len(repl))
             if dig[cp] == len(repl):
                 repl.append(r)
-            ratio = max(ratio, len(r) / size)
-    for cp in np.flatnonzero((low >= 0) & (low != np.arange(_LOW_LIMIT))):  # mode 1 emits every lowercase
-        ratio = max(ratio, len(chr(low[cp]).encode()) / len(chr(cp).encode()))
     repl_off = np.zeros(len(repl) + 1, np.int32)
     np.cumsum([len(r) for r in repl], out=repl_off[1:])
     word = np.zeros(0x80, np.uint8)
     word[[*range(48, 58), *range(97, 123), 95]] = 1
-    return (low, dig, np.frombuffer(b"".join(repl), np.uint8), repl_off, ws, word, int(np.ceil(ratio)))
+    per_char = max(4, *map(len, repl))  # a lowercase is at most 4 bytes of UTF-8
+    return (low, dig, np.frombuffer(b"".join(repl), np.uint8), repl_off, ws, word, per_char)
 
 
 #: characters from here up have no lowercase (``str.lower`` keeps them): the ``low`` table's size
 _LOW_LIMIT = 0x20000
 
 
-def _run_kernel(parts: list[bytes], mode: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[int]]:
-    """(SimHashes, statuses, digest bytes, digest offsets) of UTF-8 texts ``parts`` from
+# P**k (mod 2**64) for in-word byte positions k: the word hash's powers, grown by doubling
+_P = 0x100000001B3
+_pow_table = np.ones(1, np.uint64)
+
+
+def _powers(n: int) -> np.ndarray:
+    global _pow_table
+    if _pow_table.size < n:
+        size = max(1 << (n - 1).bit_length(), 1 << 16)
+        table = np.empty(size, np.uint64)
+        table[0] = 1
+        np.cumprod(np.full(size - 1, _P, np.uint64), out=table[1:])  # wraps modulo 2**64
+        _pow_table = table
+    return _pow_table
+
+
+def _run_kernel(texts: list[str], mode: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[int]]:
+    """(SimHashes, statuses, digest bytes, digest offsets) of ``texts`` from
     :func:`crawl.fingerprint_kernel.fingerprint_batch` (numba is imported here, on first use)."""
     from crawl.fingerprint_kernel import fingerprint_batch
 
-    low, dig, repl, repl_off, ws, word, ratio = _tables()
-    starts = np.zeros(len(parts) + 1, np.int64)
-    np.cumsum([len(p) for p in parts], out=starts[1:])
-    src = np.frombuffer(b"".join(parts), np.uint8)
-    n = len(parts)
+    low, dig, repl, repl_off, ws, word, per_char = _tables()
+    n = len(texts)
     sims = np.zeros(n, np.int64)
     status = np.zeros(n, np.int8)
-    out = np.empty(0 if mode == 2 else ratio * src.size + 8, np.uint8)
+    out = np.empty(0 if mode == 2 else per_char * sum(map(len, texts)) + 8, np.uint8)
     out_off = np.zeros(n + 1, np.int64)
-    fingerprint_batch(src, starts, low, dig, repl, repl_off, ws, word, mode, sims, status, out, out_off)
+    pw = _powers(4 * max(map(len, texts)) + 1)  # a character is at most 4 bytes
+    fingerprint_batch(texts, low, dig, repl, repl_off, ws, word, mode, pw, sims, status, out, out_off)
     return sims, status, out, out_off.tolist()
 
 
@@ -241,108 +250,86 @@ def fingerprints(text: str) -> tuple[int, str]:
     return int(sims[0]), digests[0]  # type: ignore[return-value]
 
 
-# texts fingerprinted by one kernel call: bounds the joined input and digest buffers (~4 MB each)
-_BATCH_BYTES = 1 << 22
+# characters fingerprinted by one kernel call: bounds the digest buffer (~4 bytes per character)
+_BATCH_CHARS = 1 << 21
 
 
 def fingerprints_many(texts: Sequence[str | None]) -> tuple[np.ndarray, list[str | None]]:
     """``[fingerprints(t) for t in texts]`` as (int64 SimHash array, digest list); an empty or None
     text gets ``(0, None)``.
 
-    Why: parse fingerprints every page of a partition. Each text's UTF-8 goes once through the
-    compiled pass of :mod:`crawl.fingerprint_kernel` (lowercase, word hashes, shingles, bit counts and
-    the digest's normalised, collapsed bytes together), a batch of texts per call; only SHA-1 and
-    base32 stay per text in Python. Texts the kernel's per-character tables do not cover (capital
-    sigma, characters NFKC does not map on their own: composing marks, most scripts beyond Latin when
-    the text is not NFKC-normalised) take the Python paths for that step. The values are those of the
-    definitions (:func:`simhash`, :func:`text_digest`) exactly: tests compare with a plain-Python
-    reference and whole-text NFKC on arbitrary text. Measured: bench/RESULTS.md, "Fingerprint kernel".
+    Why: parse fingerprints every page of a partition. Each text goes once through the compiled pass
+    of :mod:`crawl.fingerprint_kernel` (lowercase, word hashes, shingles, bit counts and the digest's
+    normalised, collapsed UTF-8 together, reading the ``str`` itself), a batch of texts per call; only
+    SHA-1 and base32 stay per text in Python. Texts the kernel's per-character tables do not cover
+    (capital sigma, U+0130, characters NFKC does not map on their own: composing marks, most scripts
+    beyond Latin when the text is not NFKC-normalised) take the Python definitions for that step. The
+    values are those of the definitions (:func:`simhash`, :func:`text_digest`) exactly: tests compare
+    with a plain-Python reference and whole-text NFKC on arbitrary text. Measured: bench/RESULTS.md,
+    "Fingerprint kernel".
     """
     n = len(texts)
     sims = np.zeros(n, np.int64)
     digests: list[str | None] = [None] * n
     rows: list[int] = []
-    parts: list[bytes] = []
+    batch: list[str] = []
     size = 0
     for i, text in enumerate(texts):
         if not text:
             continue
-        try:
-            data = text.encode("utf-8")
-        except UnicodeEncodeError:  # a lone surrogate: the scalar definitions' behaviour (the digest raises)
-            sims[i], digests[i] = simhash(text), text_digest(text)
-            continue
         rows.append(i)
-        parts.append(data)
-        size += len(data)
-        if size >= _BATCH_BYTES:
-            _fingerprint_rows(texts, rows, parts, sims, digests)
-            rows, parts, size = [], [], 0
+        batch.append(text)
+        size += len(text)
+        if size >= _BATCH_CHARS:
+            _fingerprint_rows(rows, batch, sims, digests)
+            rows, batch, size = [], [], 0
     if rows:
-        _fingerprint_rows(texts, rows, parts, sims, digests)
+        _fingerprint_rows(rows, batch, sims, digests)
     return sims, digests
 
 
-def _fingerprint_rows(texts: Sequence[str | None], rows: list[int], parts: list[bytes], sims: np.ndarray,
-                      digests: list[str | None]) -> None:
-    """Fingerprints of ``texts[i]`` for ``i`` in ``rows`` (UTF-8 ``parts``) into ``sims`` and ``digests``."""
-    got, status, out, off = _run_kernel(parts, 0)
+def _fingerprint_rows(rows: list[int], texts: list[str], sims: np.ndarray, digests: list[str | None]) -> None:
+    """Fingerprints of ``texts`` (rows ``rows`` of the caller's) into ``sims`` and ``digests``."""
+    got, status, out, off = _run_kernel(texts, 0)
     sims[rows] = got
     view = memoryview(out)
     for k, (i, st) in enumerate(zip(rows, status.tolist(), strict=True)):
         if st == 0:
             digests[i] = _b32sha1(view[off[k]:off[k + 1]])
             continue
-        text = texts[i]
-        assert text is not None
-        if st == 1:  # str.lower maps a character by its neighbours or to two characters
-            raw = text.lower().encode("utf-8")
-            sims[i] = _run_kernel([raw], 2)[0][0]
-            digests[i] = _b32sha1(_digest_bytes(text, raw))
-        elif unicodedata.is_normalized("NFKC", text):  # C quick check: the digest is the lowered text
-            _, _, out1, off1 = _run_kernel([parts[k]], 1)
-            digests[i] = _b32sha1(memoryview(out1)[:off1[1]])
-        else:
-            normal = _nfkc_scan(text)
-            digests[i] = _b32sha1(collapse_ws(normal.lower().encode("utf-8")))
+        text = texts[k]
+        if st == 2 and unicodedata.is_normalized("NFKC", text):  # C quick check: the digest is the lowered text
+            _, st1, out1, off1 = _run_kernel([text], 1)
+            if st1[0] == 0:
+                digests[i] = _b32sha1(memoryview(out1)[:off1[1]])
+                continue
+        if st != 2:  # str.lower maps a character by its neighbours or to two characters, or a lone surrogate
+            sims[i] = simhash(text)
+        digests[i] = text_digest(text)  # a lone surrogate raises here, as the definition does
 
 
-def _digest_bytes(text: str, raw: bytes) -> bytes:
-    """What the text digest hashes, ``" ".join(NFKC(text).lower().split())`` as UTF-8, given ``raw``,
-    UTF-8 of ``text.lower()``, in Python: ASCII and NFKC-normalised texts need no normalising, the
-    rest :func:`_nfkc_scan`."""
-    if text.isascii() or unicodedata.is_normalized("NFKC", text):  # C quick check, ~1 ns per character
-        return collapse_ws(raw)
-    normal = _nfkc_scan(text)
-    return collapse_ws(raw if normal is text else normal.lower().encode("utf-8"))
+def collapse_many(texts: Sequence[str], verbatim: Sequence[bool] | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """UTF-8 of ``" ".join(t.split())`` of each of ``texts`` (of ``t`` itself where ``verbatim[i]``),
+    concatenated: (bytes, int64 offsets), text i at ``off[i]:off[i + 1]``. A lone surrogate raises
+    ``UnicodeEncodeError`` as ``str.encode`` does.
 
-
-def collapse_ws(data: bytes) -> bytes:
-    """``" ".join(s.split()).encode()`` for ``data = s.encode()``: every whitespace run one space,
-    none at either end (:func:`collapse_many` of one text)."""
-    out, off = collapse_many([data])
-    return out[:off[1]].tobytes()
-
-
-def collapse_many(parts: Sequence[bytes], verbatim: Sequence[bool] | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """UTF-8 texts ``parts`` whitespace-collapsed as :func:`collapse_ws` (those with ``verbatim[i]``
-    true copied as they are), concatenated: (bytes, int64 offsets), text i at ``off[i]:off[i + 1]``.
-
-    Why: parse's text column collapses every HTML page's text (~30 KB); ``str.split`` made a Python
-    string per word, the NumPy version four full-size passes plus a scan for whitespace beyond ASCII.
-    This is one compiled pass (:func:`crawl.fingerprint_kernel.collapse_batch`) writing straight into
-    the buffer the Arrow column is built from.
+    Why: parse's text column collapses every HTML page's text (~17 KB); ``str.split`` made a Python
+    string per word, the NumPy version (of the UTF-8, encoded first and joined) four full-size passes
+    plus a scan for whitespace beyond ASCII. This is one compiled pass over the strings
+    (:func:`crawl.fingerprint_kernel.collapse_batch`) writing the buffer the Arrow column is built from.
     """
     from crawl.fingerprint_kernel import collapse_batch
 
-    ws = _tables()[4]
-    starts = np.zeros(len(parts) + 1, np.int64)
-    np.cumsum([len(p) for p in parts], out=starts[1:])
-    src = np.frombuffer(b"".join(parts), np.uint8)
-    flags = np.zeros(len(parts), np.uint8) if verbatim is None else np.array(verbatim, np.uint8)
-    out = np.empty(src.size, np.uint8)
-    off = np.zeros(len(parts) + 1, np.int64)
-    collapse_batch(src, starts, flags, ws, out, off)
+    texts = list(texts)
+    n = len(texts)
+    off = np.zeros(n + 1, np.int64)
+    if not n:
+        return np.empty(0, np.uint8), off
+    flags = np.zeros(n, np.uint8) if verbatim is None else np.array(verbatim, np.uint8)
+    out = np.empty(4 * sum(map(len, texts)), np.uint8)  # UTF-8: at most 4 bytes per character
+    bad = collapse_batch(texts, flags, _tables()[4], out, off)
+    if bad >= 0:
+        texts[bad].encode("utf-8")  # raises, naming the character
     return out, off
 
 
@@ -352,7 +339,7 @@ def _b32sha1(data: bytes | memoryview) -> str:
 
 def simhash(text: str) -> int:
     """64-bit SimHash of ``text`` over word 3-shingles, as a signed int64 Python int (0 = none)."""
-    return int(_run_kernel([text.lower().encode("utf-8", "surrogatepass")], 2)[0][0])
+    return int(_run_kernel([text.lower()], 2)[0][0]) if text else 0
 
 
 def hamming(a: int, b: int) -> int:

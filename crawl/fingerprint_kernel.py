@@ -1,12 +1,18 @@
-"""The compiled pass behind :func:`crawl.fingerprint.fingerprints_many`: lowercasing, SimHash and the
-text digest's bytes in one loop over each text's UTF-8, with numba.
+"""The compiled passes behind :func:`crawl.fingerprint.fingerprints_many` (lowercase, SimHash and the
+text digest's bytes in one loop over each text) and :func:`crawl.fingerprint.collapse_many` (parse's
+text column), with numba.
 
-Why a compiled loop: the NumPy chain (lower + encode in Python, word edges, polynomial prefix sums,
+Why compiled loops: the NumPy chain (lower + encode in Python, word edges, polynomial prefix sums,
 shingle mixing, unpacked bit counts, a NumPy whitespace collapse) made ~a dozen full-size temporaries
-per page and cost ~0.3 ms per simulated-web page, a third of parse. One pass over the bytes keeps the
-state in registers. Why numba: a maintained JIT with wheels on PyPI (llvmlite bundles LLVM), so
-``make install`` stays ``pip install`` with no compiler or Cython build step; compiled code is cached
-on disk (``cache=True``) and loaded by later processes.
+per page and cost ~0.3 ms per simulated-web page, a third of parse. One pass keeps the state in
+registers. Why numba: a maintained JIT with wheels on PyPI (llvmlite bundles LLVM), so ``make
+install`` stays ``pip install`` with no compiler or Cython build step; compiled code is cached on
+disk (``cache=True``) and loaded by later processes.
+
+The passes read the Python strings themselves (a list of ``str`` goes in as numba's reflected list,
+each string without a copy; ``numba.cpython.unicode._get_code_point`` reads its code points whatever
+its internal width): encoding every text to UTF-8 and joining the bytes cost more than the pass.
+``_get_code_point`` is numba-internal, stable since numba 0.47; the pinned version is tested.
 
 This module imports numba; :mod:`crawl.fingerprint` imports it only when it first fingerprints, so
 processes that only compute payload digests never load numba or LLVM.
@@ -22,13 +28,22 @@ The algorithm is the one :mod:`crawl.fingerprint`'s docstring defines; per chara
   replacement k, NFKC + lower of a ``_REPLACE`` character; -1 = anything else, status 2: the caller
   normalises in Python); mode 1 (the caller knows the text is NFKC-normalised) is the lowered text
   itself; mode 2 (input already lowered, no digest) only hashes. Whitespace (``str.isspace``, table
-  ``ws``) collapses to single spaces, none at either end, as it is emitted.
+  ``ws``) collapses to single spaces, none at either end, as it is emitted. A lone surrogate (no
+  UTF-8) is status 3 in modes 0 and 1; mode 2 hashes it as ``surrogatepass`` encodes it.
 """
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 from numba import njit
+from numba.core.errors import NumbaPendingDeprecationWarning
+from numba.cpython.unicode import _get_code_point
+
+# a list of str is passed as a reflected list (unboxed without copying the strings); numba has
+# announced its replacement, typed.List, since 0.44, whose construction costs ~50 us per page here
+warnings.filterwarnings("ignore", message=r"(?s).*reflected list", category=NumbaPendingDeprecationWarning)
 
 _P = np.uint64(0x100000001B3)
 _C1 = np.uint64(0x9E3779B97F4A7C15)
@@ -40,8 +55,9 @@ _ONE = np.uint64(1)
 _ZERO = np.uint64(0)
 _FF = np.uint64(0xFF)
 
-#: status of a text: done / lower it in Python (mode 2 then) / digest it in Python (SimHash is done)
-OK, NEEDS_LOWER, NEEDS_DIGEST = 0, 1, 2
+#: status of a text: done / lower it in Python (mode 2 then) / digest it in Python (SimHash is done) /
+#: a lone surrogate (the text has no UTF-8)
+OK, NEEDS_LOWER, NEEDS_DIGEST, SURROGATE = 0, 1, 2, 3
 
 
 def _jit(fn):  # type: ignore[no-untyped-def]
@@ -66,7 +82,8 @@ def _mix(x):  # type: ignore[no-untyped-def]
 
 @_jit
 def _put(out, o, cp):  # type: ignore[no-untyped-def]
-    """UTF-8 of code point ``cp`` into ``out`` at ``o``; returns the position after it."""
+    """UTF-8 of code point ``cp`` into ``out`` at ``o`` (surrogates as ``surrogatepass``); returns the
+    position after it."""
     if cp < 0x80:
         out[o] = cp
         return o + 1
@@ -87,52 +104,40 @@ def _put(out, o, cp):  # type: ignore[no-untyped-def]
 
 
 @_jit
-def _one(src, a, b, low, dig, repl, repl_off, ws, word, mode, pw, out, o0, words, buf):  # type: ignore[no-untyped-def]
-    """(SimHash, status, end of the digest bytes in ``out``) of ``src[a:b]``; digest bytes from ``o0``.
+def _one(s, low, dig, repl, repl_off, ws, word, mode, pw, out, o0, words, buf):  # type: ignore[no-untyped-def]
+    """(SimHash, status, end of the digest bytes in ``out``) of string ``s``; digest bytes from ``o0``.
 
-    ASCII bytes take a branch-free path (a word edge or a space every few bytes would otherwise be a
-    mispredicted branch): the word hash and its in-word position reset to 0 under a mask, the hash so
-    far is stored at every byte and the word count advances where a word ended; a whitespace byte is
-    written as a space and kept only after a non-space (``last``: the last byte kept was a space)."""
+    ASCII takes a branch-free path (a word edge or a space every few characters would otherwise be a
+    mispredicted branch): the word hash and its in-word byte position reset to 0 under a mask, the
+    hash so far is stored at every character and the word count advances where a word ended; a
+    whitespace character is written as a space and kept only after a non-space (``last``: the last
+    byte kept was a space, or nothing was kept yet)."""
     h = _ZERO
     pos = 0
     inword = np.uint64(0)
     nwords = 0
     o = o0
-    last = True
+    last = np.int64(1)
     dig_ok = mode != 2
-    i = a
-    while i < b:
-        c = src[i]
-        if c < 0x80:  # ASCII: the common case
-            lc = np.int64(c)
+    for i in range(len(s)):
+        cp = np.int64(_get_code_point(s, i))
+        if cp < 0x80:  # ASCII: the common case
+            lc = cp
             if 65 <= lc <= 90:  # predictable: uppercase is rare and input of mode 2 has none
                 lc += 32
-            i += 1
             iw = np.uint64(word[lc])
             mask = _ZERO - iw
             words[nwords] = h
-            nwords += np.int64(inword & (_ONE - iw))  # a word ended before this byte
+            nwords += np.int64(inword & (_ONE - iw))  # a word ended before this character
             h = (h + np.uint64(lc) * pw[pos]) & mask
             pos = (pos + 1) & np.int64(mask)
             inword = iw
             if dig_ok:
-                space = ws[lc]
-                out[o] = 32 if space else lc
-                o += 1 if not (space and last) else 0
-                last = space != 0
+                sp = np.int64(ws[lc])
+                out[o] = 32 if sp else lc
+                o += 1 - (sp & last)
+                last = sp
             continue
-        if c < 0xE0:
-            cp = (np.int64(c & 0x1F) << 6) | np.int64(src[i + 1] & 0x3F)
-            i += 2
-        elif c < 0xF0:
-            cp = ((np.int64(c & 0x0F) << 12) | (np.int64(src[i + 1] & 0x3F) << 6)
-                  | np.int64(src[i + 2] & 0x3F))
-            i += 3
-        else:
-            cp = ((np.int64(c & 0x07) << 18) | (np.int64(src[i + 1] & 0x3F) << 12)
-                  | (np.int64(src[i + 2] & 0x3F) << 6) | np.int64(src[i + 3] & 0x3F))
-            i += 4
         if mode == 2 or cp >= low.size:
             lc = cp
         else:
@@ -140,20 +145,22 @@ def _one(src, a, b, low, dig, repl, repl_off, ws, word, mode, pw, out, o0, words
             if lc < 0:
                 return np.int64(0), NEEDS_LOWER, o0
         if dig_ok:
+            if 0xD800 <= cp < 0xE000:
+                return np.int64(0), SURROGATE, o0
             if mode == 1:  # the lowered text itself
                 if lc < ws.size and ws[lc]:
                     if not last:
                         out[o] = 32
                         o += 1
-                        last = True
+                        last = 1
                 else:
                     o = _put(out, o, lc)
-                    last = False
+                    last = 0
             elif cp < dig.size and dig[cp] >= 0:
                 kind = dig[cp]
                 if kind == 0:  # its lowercase; never whitespace
                     o = _put(out, o, lc)
-                    last = False
+                    last = 0
                 else:  # a replacement: ASCII whitespace in it collapses, its other bytes do not
                     for k in range(repl_off[kind], repl_off[kind + 1]):
                         r = repl[k]
@@ -161,11 +168,11 @@ def _one(src, a, b, low, dig, repl, repl_off, ws, word, mode, pw, out, o0, words
                             if not last:
                                 out[o] = 32
                                 o += 1
-                                last = True
+                                last = 1
                         else:
                             out[o] = r
                             o += 1
-                            last = False
+                            last = 0
             else:
                 dig_ok = False
         # SimHash: every byte of a non-ASCII character is a word byte
@@ -194,9 +201,9 @@ def _one(src, a, b, low, dig, repl, repl_off, ws, word, mode, pw, out, o0, words
 
 @_jit
 def _simhash_of_words(words, n):  # type: ignore[no-untyped-def]
-    """SimHash of the first ``n`` word hashes: 3-shingles mixed, then each of the 64 bits set when
-    more than half of the shingles have it. SWAR count: lane j's byte k counts bit 8k + j, flushed
-    to ``counts`` every 255 shingles so no byte carries into the next."""
+    """SimHash of the first ``n`` word hashes (before mixing): 3-shingles mixed, then each of the 64
+    bits set when more than half of the shingles have it. SWAR count: lane j's byte k counts bit
+    8k + j, flushed to ``counts`` every 255 shingles so no byte carries into the next."""
     nfeat = n - 2
     if nfeat <= 0:
         return np.int64(0)
@@ -233,77 +240,56 @@ def _simhash_of_words(words, n):  # type: ignore[no-untyped-def]
 
 
 @_jit
-def fingerprint_batch(src, starts, low, dig, repl, repl_off, ws, word, mode, sims, status, out, out_off):  # type: ignore[no-untyped-def]
-    """:func:`_one` of each text ``src[starts[t]:starts[t + 1]]``: SimHash to ``sims[t]``, status to
-    ``status[t]``, digest bytes to ``out[out_off[t]:out_off[t + 1]]``."""
+def fingerprint_batch(texts, low, dig, repl, repl_off, ws, word, mode, pw, sims, status, out, out_off):  # type: ignore[no-untyped-def]
+    """:func:`_one` of each string of ``texts``: SimHash to ``sims[t]``, status to ``status[t]``,
+    digest bytes to ``out[out_off[t]:out_off[t + 1]]``. ``pw[k]`` = P**k for every in-word byte
+    position (4 per character of the longest text)."""
     longest = 0
-    for t in range(starts.size - 1):
-        longest = max(longest, starts[t + 1] - starts[t])
-    words = np.empty(longest // 2 + 2, np.uint64)  # a word and a separator take two bytes at least
-    pw = np.empty(longest + 1, np.uint64)  # P**k for the k-th byte of a word
-    p = _ONE
-    for k in range(longest + 1):
-        pw[k] = p
-        p *= _P
+    for t in range(len(texts)):
+        longest = max(longest, len(texts[t]))
+    words = np.empty(longest // 2 + 2, np.uint64)  # a word and a separator take two characters
     buf = np.zeros(4, np.uint8)
     o = 0
-    for t in range(starts.size - 1):
+    for t in range(len(texts)):
         out_off[t] = o
-        s, st, e = _one(src, starts[t], starts[t + 1], low, dig, repl, repl_off, ws, word, mode, pw, out, o,
-                        words, buf)
+        s, st, e = _one(texts[t], low, dig, repl, repl_off, ws, word, mode, pw, out, o, words, buf)
         sims[t] = s
         status[t] = st
         o = e
-    out_off[starts.size - 1] = o
+    out_off[len(texts)] = o
 
 
 @_jit
-def collapse_batch(src, starts, verbatim, ws, out, out_off):  # type: ignore[no-untyped-def]
-    """``" ".join(text.split())`` of each UTF-8 text ``src[starts[t]:starts[t + 1]]`` into
-    ``out[out_off[t]:out_off[t + 1]]`` (``verbatim[t]``: copied as it is). Whitespace is ``str.isspace``
-    (table ``ws``, ASCII and BMP); ASCII bytes take a branch-free path."""
+def collapse_batch(texts, verbatim, ws, out, out_off):  # type: ignore[no-untyped-def]
+    """UTF-8 of ``" ".join(text.split())`` of each string of ``texts`` into ``out[out_off[t]:out_off[t
+    + 1]]`` (``verbatim[t]``: the text as it is). Whitespace is ``str.isspace`` (table ``ws``, ASCII and
+    BMP); ASCII takes a branch-free path. Returns -1, or the first text holding a lone surrogate."""
     o = 0
-    for t in range(starts.size - 1):
+    for t in range(len(texts)):
         out_off[t] = o
-        a = starts[t]
-        b = starts[t + 1]
-        if verbatim[t]:
-            out[o:o + b - a] = src[a:b]
-            o += b - a
-            continue
+        s = texts[t]
         o0 = o
-        last = True  # the last byte kept was a space (or nothing was kept): a space now is dropped
-        i = a
-        while i < b:
-            c = src[i]
-            if c < 0x80:
-                space = ws[c]
-                out[o] = 32 if space else c
-                o += 1 if not (space and last) else 0
-                last = space != 0
-                i += 1
+        keep = verbatim[t] != 0
+        last = np.int64(0 if keep else 1)  # the last byte kept was a space (or nothing was kept yet)
+        for i in range(len(s)):
+            cp = np.int64(_get_code_point(s, i))
+            if cp < 0x80:
+                sp = 0 if keep else np.int64(ws[cp])
+                out[o] = 32 if sp else cp
+                o += 1 - (sp & last)
+                last = sp
                 continue
-            if c < 0xE0:
-                n = 2
-                cp = (np.int64(c & 0x1F) << 6) | np.int64(src[i + 1] & 0x3F)
-            elif c < 0xF0:
-                n = 3
-                cp = ((np.int64(c & 0x0F) << 12) | (np.int64(src[i + 1] & 0x3F) << 6)
-                      | np.int64(src[i + 2] & 0x3F))
-            else:
-                n = 4
-                cp = 0x10000  # no whitespace beyond the BMP
-            if cp < ws.size and ws[cp]:
+            if 0xD800 <= cp < 0xE000:
+                return t
+            if not keep and cp < ws.size and ws[cp]:
                 if not last:
                     out[o] = 32
                     o += 1
-                    last = True
+                    last = 1
             else:
-                for k in range(n):
-                    out[o + k] = src[i + k]
-                o += n
-                last = False
-            i += n
+                o = _put(out, o, cp)
+                last = 0
         if last and o > o0:  # a trailing space
             o -= 1
-    out_off[starts.size - 1] = o
+    out_off[len(texts)] = o
+    return -1

@@ -247,6 +247,7 @@ def test_fingerprints_pair_equals_the_scalar_definitions_on_adversarial_text() -
                 text_digest(text)
             with pytest.raises(UnicodeEncodeError):
                 fingerprints(text)
+            assert simhash(text) == _ref_simhash(text)  # hashed as surrogatepass encodes it
             continue
         want_norm = _old_normalise(text)
         assert normalise_text(text) == want_norm, repr(text)
@@ -302,12 +303,12 @@ def test_fingerprints_many_equals_the_scalar_definitions_across_batches() -> Non
             texts.append("".join(rng.choice(pool) for _ in range(rng.randint(0, 60))))
     want = [(_ref_simhash(t), _ref_digest(t)) if t else (0, None) for t in texts]
     for batch_bytes in (1, 200, 1 << 15):  # every text alone, a few per batch, many per batch
-        old = fingerprint._BATCH_BYTES
-        fingerprint._BATCH_BYTES = batch_bytes
+        old = fingerprint._BATCH_CHARS
+        fingerprint._BATCH_CHARS = batch_bytes
         try:
             sims, digests = fingerprint.fingerprints_many(texts)
         finally:
-            fingerprint._BATCH_BYTES = old
+            fingerprint._BATCH_CHARS = old
         assert sims.dtype == np.int64
         got = list(zip(sims.tolist(), digests, strict=True))
         bad = [i for i, (g, w) in enumerate(zip(got, want, strict=True)) if g != w]
@@ -332,25 +333,31 @@ _WS_HEAVY = st.lists(st.sampled_from([" ", "\t", "\n", "\r", "\x0b", "\x0c", "\x
                      max_size=60).map("".join)
 
 
-@settings(max_examples=3000, deadline=None)
-@given(st.one_of(st.text(max_size=80), _WS_HEAVY))
-def test_byte_collapse_equals_str_split(text: str) -> None:
-    """``collapse_ws`` on UTF-8 bytes gives ``" ".join(text.split())``'s bytes, whitespace beyond ASCII
-    included."""
-    from crawl.fingerprint import collapse_ws
+def _collapse(text: str) -> bytes:
+    from crawl.fingerprint import collapse_many
 
+    out, off = collapse_many([text])
+    return out[:off[1]].tobytes()
+
+
+@settings(max_examples=3000, deadline=None)
+@given(st.one_of(st.text(max_size=80), _WS_HEAVY, st.text(st.characters(codec=None, exclude_categories=()), max_size=20)))
+def test_byte_collapse_equals_str_split(text: str) -> None:
+    """``collapse_many`` gives ``" ".join(text.split())``'s UTF-8, whitespace beyond ASCII included;
+    a lone surrogate raises as ``str.encode`` does."""
     try:
-        data = text.encode("utf-8")
-    except UnicodeEncodeError:  # lone surrogates never reach the byte paths
+        want = " ".join(text.split()).encode("utf-8")
+    except UnicodeEncodeError:
+        with pytest.raises(UnicodeEncodeError):
+            _collapse(text)
         return
-    want = " ".join(text.split()).encode("utf-8")
-    assert collapse_ws(data) == want
+    assert _collapse(text) == want
 
 
 def test_byte_collapse_every_whitespace_next_to_multibyte_neighbours() -> None:
     """Each of the 29 whitespace characters, alone, in runs and between two- to four-byte characters
     whose bytes look like its own (C2, E1-E3 leads; 80, 85, A0 continuation bytes)."""
-    from crawl.fingerprint import _UNICODE_WS, collapse_ws
+    from crawl.fingerprint import _UNICODE_WS
 
     neighbours = ["", "a", " ", "\u00c2", "\u0100", "\u2019", "\u2030", "\u1f80", "\u3001", "\u0085x", "\ue000",
                   "\U0001f600", "\u00a9", "\u2060"]
@@ -358,7 +365,7 @@ def test_byte_collapse_every_whitespace_next_to_multibyte_neighbours() -> None:
         for left in neighbours:
             for right in neighbours:
                 for text in (f"{left}{ws}{right}", f"{ws}{left}{ws}{ws}{right}{ws}", f"x{left}{ws} {ws}{right}y"):
-                    assert collapse_ws(text.encode()) == " ".join(text.split()).encode(), repr(text)
+                    assert _collapse(text) == " ".join(text.split()).encode(), repr(text)
 
 
 @settings(max_examples=2000, deadline=None)
@@ -427,11 +434,11 @@ def test_fingerprints_many_equals_the_reference_on_any_unicode(texts: list[str |
                                  "\u00bd", "\u0130", "\u212a", "\u03a3", "\u03f9", "\u1e9e", "\u0301", "\u00a0",
                                  "\u3000", "\U0001f600", "\u2028", "\u0149", "\u01c4", "\u2126", "x.y"]),
                 max_size=40).map("".join))
-def test_digest_bytes_equals_whole_text_nfkc(text: str) -> None:
-    from crawl.fingerprint import _digest_bytes
+def test_digest_equals_whole_text_nfkc(text: str) -> None:
+    from crawl.fingerprint import fingerprints_many
 
-    want = " ".join(unicodedata.normalize("NFKC", text).lower().split()).encode()
-    assert _digest_bytes(text, text.lower().encode()) == want
+    assert fingerprints_many([text])[1] == [_ref_digest(text) if text else None]
+
 
 
 _CACHE_PROBE = """
@@ -487,7 +494,6 @@ def test_collapse_many_is_each_text_collapsed_or_kept(items: list[tuple[str, boo
     kept byte for byte when flagged verbatim (non-HTML documents)."""
     from crawl.fingerprint import collapse_many
 
-    items = [(t, v) for t, v in items if not any(0xD800 <= ord(c) < 0xE000 for c in t)]
-    out, off = collapse_many([t.encode() for t, _ in items], [v for _, v in items])
+    out, off = collapse_many([t for t, _ in items], [v for _, v in items])
     got = [out[a:b].tobytes().decode() for a, b in zip(off[:-1].tolist(), off[1:].tolist(), strict=True)]
     assert got == [t if v else " ".join(t.split()) for t, v in items]
