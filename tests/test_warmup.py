@@ -28,7 +28,7 @@ def test_embedded_workers_import_the_task_modules_before_any_task() -> None:
                 break
             time.sleep(0.2)
         assert seen == list(TASK_MODULES)
-        # and parse's compiled fingerprint kernel is loaded (crawl.fingerprint.warm_up) before any task
+        # and parse's compiled kernels are loaded (crawl.fingerprint.warm_up) before any task
         while time.monotonic() < deadline and not next(iter(client.run(_kernel_signatures).values())):
             time.sleep(0.2)
         assert next(iter(client.run(_kernel_signatures).values())) >= 1
@@ -38,8 +38,9 @@ def test_embedded_workers_import_the_task_modules_before_any_task() -> None:
 
 
 def _kernel_signatures() -> int:
-    kernel = getattr(sys.modules.get("crawl.fingerprint_kernel"), "fingerprint_batch", None)  # None while importing
-    return len(kernel.signatures) if kernel is not None else 0
+    module = sys.modules.get("crawl.fingerprint_kernel")
+    kernels = [getattr(module, name, None) for name in ("fingerprint_batch", "collapse_batch")]  # None while importing
+    return min(len(k.signatures) if k is not None else 0 for k in kernels)
 
 
 def _run_exit_handlers_and_count_frozen() -> int:
