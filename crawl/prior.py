@@ -68,17 +68,24 @@ def url_documents(urls: pa.Array | pa.ChunkedArray) -> list[str]:
 
 def _documents(urls: pa.Array | pa.ChunkedArray) -> pa.Array:
     """:func:`url_documents` as an Arrow array, built with Arrow string kernels (no per-row Python)."""
-    arr = urls.combine_chunks() if isinstance(urls, pa.ChunkedArray) else urls
-    rest = pc.replace_substring_regex(arr, r"^[a-zA-Z]+://", "")
-    host = pc.replace_substring_regex(rest, r"[/?#].*$", "")
-    path = pc.replace_substring_regex(pc.replace_substring_regex(rest, r"^[^/?#]*", ""), r"[?#].*$", "")
-    ext = pc.extract_regex(path, r"\.(?P<e>[A-Za-z0-9]{1,6})$").field("e")
+    host, path, ext = _url_parts(urls)
     host_t = pc.replace_substring_regex(pc.utf8_lower(host), r"([a-z]+)", "h_\\1")
     path_t = pc.replace_substring_regex(pc.utf8_lower(path), r"([a-z]+)", "p_\\1")
     first = pc.extract_regex(pc.utf8_lower(path), r"^/(?P<s>[a-z]+)").field("s")
     doc = pc.binary_join_element_wise(host_t, path_t, pc.fill_null(pc.binary_join_element_wise("e", ext, "_"), ""),
                                       pc.fill_null(pc.binary_join_element_wise("s", first, "_"), ""), " ")
     return pc.replace_substring_regex(pc.fill_null(doc, ""), r"[0-9]+", " ")
+
+
+def _url_parts(urls: pa.Array | pa.ChunkedArray) -> tuple[pa.Array, pa.Array, pa.Array]:
+    """(host, path, extension) of each URL as the documents take them. The extension is the ``e``
+    field of a struct: it is "" (not null) where the path has none, and "e_" joins every document."""
+    arr = urls.combine_chunks() if isinstance(urls, pa.ChunkedArray) else urls
+    rest = pc.replace_substring_regex(arr, r"^[a-zA-Z]+://", "")
+    host = pc.replace_substring_regex(rest, r"[/?#].*$", "")
+    path = pc.replace_substring_regex(pc.replace_substring_regex(rest, r"^[^/?#]*", ""), r"[?#].*$", "")
+    ext = pc.extract_regex(path, r"\.(?P<e>[A-Za-z0-9]{1,6})$").field("e")
+    return host, path, ext
 
 
 def host_codes(db: pa.Table) -> np.ndarray:
@@ -100,27 +107,50 @@ def host_rate(hosts: np.ndarray, events: np.ndarray, exposure: np.ndarray, globa
 
 def url_tokens(db: pa.Table) -> sp.csr_matrix:
     """The hashed URL tokens of every row: :func:`_vectorizer`'s ``transform`` of :func:`url_documents`,
-    computed with Arrow kernels over the column and one hash per distinct token.
+    computed from each URL's parts with Arrow kernels and one hash per distinct token.
 
     Why: scikit-learn's HashingVectorizer runs a Python regex, a generator and a hash per row and token
-    (a third of a fresh round's reprioritise). The documents hold no digits (replaced by spaces), so
-    its tokens are the ``[a-z]+`` runs of ``str.lower(doc)``. Arrow's ``utf8_lower`` and ``str.lower``
-    differ in one letter that lowers to ASCII (U+0130: "i" against "i" + U+0307), which no document
-    holds: host and path are ``utf8_lower``-ed already, the extension is ASCII. The matrix is the
-    vectoriser's exactly (canonical CSR, binary float64 values): ``tests/test_prior_tokens.py``
-    compares both on random and crawl-like URLs.
+    (a third of a fresh round's reprioritise), over documents that took ten regex passes to build. Its
+    tokens are the ``[a-z]+`` runs of ``str.lower(doc)`` (the documents hold no digits), and the matrix
+    is binary, so a row's tokens are a set, which the parts give directly: the runs of the lowered host
+    with "h" when there is one, those of the lowered path with "p" when there is one, those of the
+    extension, and "e" and "s" (every document holds "e_" and "s_", see :func:`_url_parts`; the
+    "s_" word is a path run); none for a null URL. Arrow's ``utf8_lower`` and ``str.lower`` differ in
+    one letter that lowers to ASCII (U+0130: "i" against "i" + U+0307), which no document holds
+    (host and path are ``utf8_lower``-ed, the extension is ASCII). The matrix is the vectoriser's
+    exactly (canonical CSR, binary float64 values): ``tests/test_prior_tokens.py`` compares both.
     """
     import scipy.sparse as sp
 
-    words = pc.split_pattern_regex(pc.utf8_lower(_documents(db.column("url"))), "[^a-z]+")
-    flat = words.flatten()
-    row = np.repeat(np.arange(len(words), dtype=np.int64),
-                    np.diff(words.offsets.to_numpy()))  # the split yields no null lists: docs has no nulls
-    keep = pc.greater(pc.utf8_length(flat), 0)  # split leaves empty strings at the ends
-    enc = pc.dictionary_encode(flat.filter(keep))
+    arr = db.column("url").combine_chunks()
+    host, path, ext = _url_parts(arr)
+    rows: list[np.ndarray] = []
+    tokens: list[pa.Array] = []
+
+    def add(r: np.ndarray, word: str) -> None:
+        rows.append(r)
+        tokens.append(pa.array(np.full(r.size, word, object), pa.string()))
+
+    for strings, marker in ((pc.utf8_lower(host), "h"), (pc.utf8_lower(path), "p"), (pc.utf8_lower(ext), None)):
+        words = pc.split_pattern_regex(strings, "[^a-z]+")
+        flat, parent = pc.list_flatten(words), pc.list_parent_indices(words)
+        keep = pc.greater(pc.utf8_length(flat), 0)  # the split leaves empty strings at the ends
+        r = parent.filter(keep).to_numpy(zero_copy_only=False)
+        rows.append(r)
+        tokens.append(flat.filter(keep).cast(pa.string()))
+        if marker is not None:
+            add(np.unique(r), marker)
+    valid = pc.is_valid(arr).to_numpy(zero_copy_only=False)
+    for marker in ("e", "s"):
+        add(np.flatnonzero(valid), marker)
+    row = np.concatenate(rows)
+    tok = pa.concat_arrays(tokens)
+    if not valid.all():  # a null URL's document is empty
+        ok = valid[row]
+        row, tok = row[ok], tok.filter(pa.array(ok))
+    enc = pc.dictionary_encode(tok)
     col = _token_columns(enc.dictionary.to_pylist())[enc.indices.to_numpy(zero_copy_only=False)]
-    x = sp.csr_matrix((np.ones(col.size), (row[keep.to_numpy(zero_copy_only=False)], col)),
-                      shape=(len(words), N_FEATURES), dtype=np.float64)
+    x = sp.csr_matrix((np.ones(col.size), (row, col)), shape=(len(arr), N_FEATURES), dtype=np.float64)
     x.sum_duplicates()  # canonical: sorted indices, one entry per (row, token)
     x.data.fill(1.0)  # binary, as the vectoriser
     return x

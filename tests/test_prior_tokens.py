@@ -15,11 +15,11 @@ from hypothesis import strategies as st
 from crawl import prior
 
 
-def _oracle(urls: list[str]):
+def _oracle(urls: list[str | None]):
     return prior._vectorizer().transform(prior.url_documents(pa.array(urls, pa.string())))
 
 
-def _same(urls: list[str]) -> None:
+def _same(urls: list[str | None]) -> None:
     got = prior.url_tokens(pa.table({"url": pa.array(urls, pa.string())}))
     want = _oracle(urls)
     assert got.shape == want.shape and got.dtype == want.dtype
@@ -47,7 +47,8 @@ def test_tokens_match_on_urls_like_a_crawls() -> None:
     words = ["news", "Blog", "item", "page", "about", "ARCHIVE", "2024", "tag", "\u0130stanbul", "caf\u00e9"]
     urls = [f"http://{rng.choice(words)}{i % 97}.example.org/{rng.choice(words)}/{rng.choice(words)}-{i}"
             f"{rng.choice(['', '.html', '.PDF', '?q=1'])}" for i in range(3000)]
-    urls += ["http://x.org", "http://x.org/", "", "http://\u0130x.org/\u0130x"]
+    urls += ["http://x.org", "http://x.org/", "", "http://\u0130x.org/\u0130x", None, "http://1.2/3/4.5",
+             "e.com/s", "http://h/e_q/S1/", "HTTP://A.B/x.PDF", "ftp://x/.j2"]
     _same(urls)
 
 
