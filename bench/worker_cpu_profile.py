@@ -33,36 +33,78 @@ from crawl.cluster import dask_client  # noqa: E402
 from crawl.config import load_config  # noqa: E402
 from crawl.simweb.launch import served  # noqa: E402
 
-# (bucket, substring of a frame) -- the first frame from the top of the stack (innermost) matching
-# any rule wins, rules tried in this order per frame, so a Parquet write inside parse counts as a write
-RULES: list[tuple[str, str]] = [
-    ("parquet write", "write_table"),
-    ("parquet read", "read_table"),
-    ("texts/images files (write_part_texts)", "write_part_texts"),
-    ("digests load", "load_known_digests"),
-    ("robots cache load", "load_robots_cache"),
-    ("checkpoint", "checkpoint.py"),
-    ("WARC write", "warc.py"),
-    ("update merge_shard", "merge_shard"),
-    ("parse (parse_bodies)", "parse_bodies"),
-    ("held bodies / WARC read", "held_bodies"),
-    ("fetch loop (fetch_partition)", "fetch_partition"),
-    ("fetch/parse task other", "crawl/tasks.py"),
-    ("dask worker internals", "distributed/"),
-    ("tornado/asyncio", "asyncio/"),
+# (bucket, substrings of a frame): a stack goes to the first bucket (in this order) any of whose
+# substrings occurs in any of its frames, so a Parquet write inside parse counts as a write and a
+# checkpoint's Parquet write as a checkpoint. The wait rule looks at the innermost frame only.
+WAIT_LEAVES: tuple[str, ...] = (
+    "select (selectors.py", "wait (threading.py", "get (queue.py", "_wait_for_tstate_lock",
+    "_WarcWriter._loop (crawl/fetch/warcwriter.py:86)",  # its q.get(): SimpleQueue.get is C code
+    "ParseAhead._run (crawl/parse_ahead.py:66)",  # its q.get()
+)
+RULES: list[tuple[str, tuple[str, ...]]] = [
+    ("numba compile (first call of the fingerprint kernel)", ("numba/core/", "llvmlite/")),
+    ("imports (pandas on pyarrow's first Parquet read, ...)", ("<frozen importlib", "pandas/")),
+    ("checkpoints (crawl/checkpoint.py)", ("crawl/checkpoint.py",)),
+    ("Parquet writes", ("write_table", "write_tables")),
+    ("text/images files, not the write (write_part_texts)", ("write_part_texts",)),
+    ("Parquet reads", ("read_table",)),
+    ("digests / robots cache load", ("load_known_digests", "load_robots_cache")),
+    ("WARC read-back (held_bodies)", ("held_bodies", "warc_bodies")),
+    ("WARC writer thread", ("crawl/fetch/warcwriter.py", "crawl/warc.py")),
+    ("parse: text column collapse (collapse_many)", ("collapse_many",)),
+    ("parse: fingerprints (crawl/fingerprint*.py)", ("crawl/fingerprint",)),
+    ("parse: links (resolve, crawl/url/)", ("_resolve_pages", "crawl/url/")),
+    ("parse: HTML (Lexbor, walk, text, tables)", ("crawl/parse.py", "crawl/parse_ahead.py", "crawl/media.py")),
+    ("update merge_shard", ("merge_shard",)),
+    ("fetch loop: robots", ("crawl/robots.py",)),
+    ("fetch loop: sitemaps", ("crawl/sitemaps.py",)),
+    ("fetch loop: rest (aiohttp, our loop)", ("fetch_partition", "crawl/fetch/", "aiohttp/", "yarl/", "multidict/")),
+    ("fetch/parse task, rest (crawl/tasks.py)", ("crawl/tasks.py",)),
+    ("Dask's own threads (distributed, tornado, asyncio)", ("distributed/", "tornado/", "asyncio/", "msgpack/")),
 ]
+WAIT = "waiting (seen as active: queue/selector/lock waits)"
 
 
 def bucket(stack: str) -> str:
     frames = stack.split(";")
-    for frame in reversed(frames):  # innermost first
-        for name, needle in RULES[:7]:
-            if needle in frame:
+    leaf = frames[-1] if frames else ""
+    if any(w in leaf for w in WAIT_LEAVES):
+        return WAIT
+    for name, needles in RULES:
+        for needle in needles:
+            if needle in stack:
                 return name
-    for name, needle in RULES[7:]:
-        if needle in stack:
-            return name
-    return "other: " + (frames[-1][:60] if frames else "?")
+    return "other: " + (leaf[:60] or "?")
+
+
+def gc_timer_install() -> None:
+    """In a worker: add a ``gc.callbacks`` hook summing the CPU time (``time.thread_time``, the
+    collecting thread's) and count of the cyclic collector's runs. py-spy without ``--native`` puts a
+    collection on whatever Python frame allocated, so GC is measured here instead."""
+    import gc
+    import time as t
+
+    st = {"s": 0.0, "n": 0, "t0": 0.0, "s0": 0.0, "s1": 0.0, "s2": 0.0, "n0": 0, "n1": 0, "n2": 0}
+
+    def cb(phase: str, info: dict) -> None:
+        if phase == "start":
+            st["t0"] = t.thread_time()
+        else:
+            d = t.thread_time() - st["t0"]
+            g = info.get("generation", 0)
+            st["s"] += d
+            st["n"] += 1
+            st[f"s{g}"] += d
+            st[f"n{g}"] += 1
+
+    gc.callbacks.append(cb)
+    gc._wprof_gc = st  # type: ignore[attr-defined]
+
+
+def gc_timer_read() -> dict[str, float]:
+    import gc
+
+    return dict(getattr(gc, "_wprof_gc", {}))
 
 
 def read_raw(path: Path) -> collections.Counter[str]:
@@ -100,6 +142,7 @@ def main() -> None:
         with dask_client(cfg) as client:
             rnd.inject(cfg, urls)
             wpids = client.run(os.getpid)
+            client.run(gc_timer_install)
             cpu_at: list[tuple[str, float, float]] = []
 
             class Clock:
@@ -125,6 +168,9 @@ def main() -> None:
                                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL), out))
                 time.sleep(1.0)
             rnd.run_round(cfg, None, client=client, progress=Clock())
+            gcs: collections.Counter[str] = collections.Counter()
+            for v in client.run(gc_timer_read).values():
+                gcs.update({k: x for k, x in v.items() if k != "t0"})
             for p, _ in spies:
                 p.send_signal(signal.SIGINT)
             for p, _ in spies:
@@ -146,10 +192,18 @@ def main() -> None:
             by: collections.Counter[str] = collections.Counter()
             for s, k in stacks.items():
                 by[bucket(s)] += k
-            print(f"py-spy samples of both workers at {args.rate}/s (active threads only): {n}\n")
-            print("| where | samples | share | ~ms per page |\n|---|---|---|---|")
+            waiting = by.pop(WAIT, 0)
+            active = (n - waiting) or 1
+            print(f"py-spy samples of both workers at {args.rate}/s: {n}, of them {waiting} in a queue/selector/lock "
+                  f"wait that py-spy's idle filter let through (left out below); ms per page = the round's workers' "
+                  f"CPU per page ({1000 * total / pages:.3f}) x the bucket's share of the other {active}\n")
+            print("| where | samples | share | ~CPU ms per page |\n|---|---|---|---|")
             for name, k in by.most_common(args.top):
-                print(f"| {name} | {k} | {100 * k / n:.1f} % | {1000 * k / args.rate / pages:.3f} |")
+                print(f"| {name} | {k} | {100 * k / active:.1f} % | {1000 * total * k / active / pages:.3f} |")
+            print(f"\nGC (gc.callbacks, the collecting thread's CPU; spread over the rows above): {gcs['n']:.0f} "
+                  f"collections, {gcs['s']:.2f} s, {1000 * gcs['s'] / pages:.3f} ms per page; by generation "
+                  + ", ".join(f"{g}: {gcs[f'n{g}']:.0f} x, {1000 * gcs[f's{g}'] / pages:.3f} ms/page" for g in range(3))
+                  + "\n")
             leaf: collections.Counter[str] = collections.Counter()
             for s, k in stacks.items():
                 leaf[s.split(";")[-1]] += k
