@@ -44,6 +44,12 @@ EMBEDDED_WORKER_CONFIG: dict[str, Any] = {
     # bench/RESULTS.md "Dask workers vs plain processes"). Given up: freed memory goes back to the OS
     # later (the workers' RSS reads higher between tasks); the math libraries stay single-threaded.
     "distributed.nanny.pre-spawn-environ": {"OMP_NUM_THREADS": 1, "MKL_NUM_THREADS": 1, "OPENBLAS_NUM_THREADS": 1},
+    # Workers forked by one forkserver that has imported distributed, the task modules and parse's compiled
+    # kernel (crawl.forkserver) instead of each spawned interpreter importing and loading them itself:
+    # with spawn two workers spent 3.4-4.0 s of CPU to come up warm, forked ones ~0.1 s (plus ~1.7 s once in
+    # the forkserver), and were warm 1.5-2 s sooner (bench/RESULTS.md, "Fixed work of a crawl run").
+    # Fork-safe: the forkserver runs no thread and the math libraries are single-threaded (above).
+    "distributed.worker.multiprocessing-method": "forkserver",
 }
 
 # Operator allowlist of scheduler addresses a run (trigger form, POST /crawl/crawls) may choose, besides
@@ -110,6 +116,7 @@ def dask_client(cfg: CrawlConfig, announce: Callable[[str], None] | None = None)
     # spawned; when the parent is an ``airflow`` entry point, spawn would re-run it, so the Airflow
     # layer runs the engine in a plain ``python -m crawl`` subprocess (see dags/recrawl.py).
     with dask.config.set(EMBEDDED_WORKER_CONFIG):  # each Nanny hands its config to its worker process
+        _forkserver_preload()
         cluster = LocalCluster(
             n_workers=cfg.dask_workers,
             threads_per_worker=1,
@@ -132,6 +139,30 @@ def dask_client(cfg: CrawlConfig, announce: Callable[[str], None] | None = None)
     finally:
         client.close()
         cluster.close()
+        _stop_forkserver()
+
+
+def _forkserver_preload() -> None:
+    """Have the forkserver import :mod:`crawl.forkserver` (the task modules, the fingerprint kernel) before
+    it forks the first worker. Called in the embedded config block: distributed's own choice of preload
+    (``get_mp_context``, once per process) is made first, then replaced by ours."""
+    import dask
+    from distributed.utils import get_mp_context
+
+    ctx = get_mp_context()
+    if dask.config.get("distributed.worker.multiprocessing-method") == "forkserver":
+        ctx.set_forkserver_preload(["distributed", "crawl.forkserver"])
+
+
+def _stop_forkserver() -> None:
+    """Stop the forkserver once its workers are gone and wait for it, so its CPU (and its workers',
+    which it reaps) counts as this process's children's, as the spawned workers' did (the benchmarks read
+    ``RUSAGE_CHILDREN``), and a later cluster in this process starts a fresh one with the preload."""
+    import multiprocessing.forkserver as fs
+
+    server = getattr(fs, "_forkserver", None)
+    with contextlib.suppress(Exception):  # a private method of the standard library's forkserver (3.4+)
+        server._stop()  # type: ignore[union-attr]
 
 
 def scheduler_address(client: Any) -> str:

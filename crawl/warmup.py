@@ -7,7 +7,10 @@ crawling (``bench/RESULTS.md``, "Fixed costs of a whole run"):
 - an embedded worker imported the fetch and parse stacks (aiohttp, uvloop, selectolax, FastWARC,
   DuckDB...) only when its first task arrived, after the driver had started the cluster, injected
   and generated; :func:`dask_setup` (the embedded cluster's worker *preload*) starts those imports
-  in a background thread as the worker comes up, so they overlap the driver's own start;
+  in a background thread as the worker comes up, so they overlap the driver's own start; since
+  session 6 the workers are forked from one forkserver that has already imported them and loaded
+  parse's compiled kernel (:mod:`crawl.forkserver`, ``crawl.cluster.EMBEDDED_WORKER_CONFIG``): one
+  copy of that work instead of one per worker, and the preload thread finds it done;
 - the CLI process's math libraries ran 2 OpenBLAS and 2 OpenMP threads (one per core): on this
   loaded 2-core box the prior's Poisson GLM fit in reprioritise took 5-7 s of wall time and ~2 s of
   CPU, spinning threads, where one thread takes 0.15-0.4 s (the same fit, alternating, load ~8).

@@ -3,6 +3,7 @@ skip the final garbage collection (crawl.warmup)."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -96,3 +97,32 @@ def test_warm_driver_imports_what_update_and_reprioritise_import_first() -> None
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split() == ["True", "1"]
+
+
+def _forked_from_the_forkserver() -> tuple[bool, int]:
+    return "crawl.forkserver" in sys.modules, os.getppid()
+
+
+def test_embedded_workers_are_forked_from_one_warm_forkserver_started_per_cluster() -> None:
+    """Every worker inherits the task modules from the forkserver (crawl.forkserver, imported nowhere
+    else), and the forkserver ends with its cluster: a second cluster gets a new one, also preloaded."""
+    from crawl.cluster import dask_client
+
+    cfg = load_config(overrides={"dask_workers": 2, "dask_dashboard": False}, use_env=False)
+    parents = []
+    for _ in range(2):
+        with dask_client(cfg) as client:
+            got = list(client.run(_forked_from_the_forkserver).values())
+        assert len(got) == 2 and all(preloaded for preloaded, _ in got), got
+        assert len({ppid for _, ppid in got}) == 1 and got[0][1] != os.getpid()  # one parent, not us
+        parents.append(got[0][1])
+        assert not _alive(parents[-1])  # stopped (and reaped) with the cluster
+    assert parents[0] != parents[1]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
