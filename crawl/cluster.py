@@ -112,9 +112,10 @@ def dask_client(cfg: CrawlConfig, announce: Callable[[str], None] | None = None)
         finally:
             client.close()
         return
-    # Workers are processes (fetch and parse are CPU-heavy between awaits). Nanny processes are
-    # spawned; when the parent is an ``airflow`` entry point, spawn would re-run it, so the Airflow
-    # layer runs the engine in a plain ``python -m crawl`` subprocess (see dags/recrawl.py).
+    # Workers are processes (fetch and parse are CPU-heavy between awaits), forked by a forkserver (a
+    # fresh interpreter started by multiprocessing, see EMBEDDED_WORKER_CONFIG). The Airflow layer runs
+    # the engine in a plain ``python -m crawl`` subprocess (see dags/recrawl.py), never inside an
+    # ``airflow`` entry point that a new interpreter would re-run.
     with dask.config.set(EMBEDDED_WORKER_CONFIG):  # each Nanny hands its config to its worker process
         _forkserver_preload()
         cluster = LocalCluster(
