@@ -184,6 +184,10 @@ def main() -> None:
             print(f"| {name} | {t1 - t0:.2f} | {c1 - c0:.2f} | {1000 * (c1 - c0) / pages:.3f} |")
         total = cpu_at[-1][1] - cpu_at[0][1]
         print(f"| **round** | {cpu_at[-1][2] - cpu_at[0][2]:.2f} | {total:.2f} | {1000 * total / pages:.3f} |\n")
+        print(f"GC (gc.callbacks, the collecting thread's CPU; spread over the rows above): {gcs['n']:.0f} "
+              f"collections, {gcs['s']:.2f} s, {1000 * gcs['s'] / pages:.3f} ms per page; by generation "
+              + ", ".join(f"{g}: {gcs[f'n{g}']:.0f} x, {1000 * gcs[f's{g}'] / pages:.3f} ms/page" for g in range(3))
+              + "\n")
         if spies:
             stacks: collections.Counter[str] = collections.Counter()
             for _, out in spies:
@@ -200,10 +204,6 @@ def main() -> None:
             print("| where | samples | share | ~CPU ms per page |\n|---|---|---|---|")
             for name, k in by.most_common(args.top):
                 print(f"| {name} | {k} | {100 * k / active:.1f} % | {1000 * total * k / active / pages:.3f} |")
-            print(f"\nGC (gc.callbacks, the collecting thread's CPU; spread over the rows above): {gcs['n']:.0f} "
-                  f"collections, {gcs['s']:.2f} s, {1000 * gcs['s'] / pages:.3f} ms per page; by generation "
-                  + ", ".join(f"{g}: {gcs[f'n{g}']:.0f} x, {1000 * gcs[f's{g}'] / pages:.3f} ms/page" for g in range(3))
-                  + "\n")
             leaf: collections.Counter[str] = collections.Counter()
             for s, k in stacks.items():
                 leaf[s.split(";")[-1]] += k
