@@ -7,15 +7,6 @@ middle collections per partition, each also scanning whatever a Dask worker hold
 fetched page (bench/fetch_cpu_bench.py) and ~4 % of parse (bench/RESULTS.md, "Parse CPU, session
 4"). Garbage without cycles is freed by reference counting as before; cycles wait a little longer.
 
-Full (generation-2) collections traverse every object the process holds: in a Dask worker after
-its imports (distributed, pyarrow and the pandas it imports, aiohttp, numba) ~200 k objects, 0.1 s
-of CPU on a quiet core and ~0.3 s on the shared box, and a worker's first round paid one such
-collection (bench/RESULTS.md, "Where the workers' CPU goes after session 6"). So the first user in a
-process also moves every object alive at that moment into the permanent generation
-(:func:`gc.freeze`, once per process): collections skip them from then on. The cost: cyclic garbage
-that exists at that moment is never collected (once per process, bounded by what the imports and
-the worker's start-up left); objects freed by reference counting are freed as before.
-
 The threshold is process-wide, so :func:`relaxed_gc` is counted under a lock: with several fetch or
 parse tasks in one worker, the first in saves the thresholds and the last out restores them. One
 definition for every loop that uses it, so the count is shared.
@@ -32,18 +23,13 @@ GC_YOUNG_THRESHOLD = 20_000
 _gc_lock = threading.Lock()
 _gc_users = 0
 _gc_saved: tuple[int, int, int] | None = None
-_frozen = False
 
 
 @contextlib.contextmanager
 def relaxed_gc() -> Iterator[None]:
-    """Raise the young-generation GC threshold to :data:`GC_YOUNG_THRESHOLD` for the duration (and,
-    the first time in a process, freeze the objects alive then: see the module docstring)."""
-    global _gc_users, _gc_saved, _frozen
+    """Raise the young-generation GC threshold to :data:`GC_YOUNG_THRESHOLD` for the duration."""
+    global _gc_users, _gc_saved
     with _gc_lock:
-        if not _frozen:  # start-up's objects (modules, the worker's state) out of every later collection
-            gc.freeze()
-            _frozen = True
         if _gc_users == 0:
             _gc_saved = gc.get_threshold()
             gc.set_threshold(max(_gc_saved[0], GC_YOUNG_THRESHOLD), *_gc_saved[1:])
