@@ -15,7 +15,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from crawl.config import CrawlConfig
 from crawl.records import PAGE_PART_SCHEMA
 from crawl.store import Store
 from crawl.url import KNOWN_SCHEMES, is_ip_host, registered_domain, surts, tld, url_columns
@@ -295,16 +294,6 @@ def _texts_by_duckdb(fetched: pa.Table, pages: pa.Table, round_no: int) -> tuple
     """).to_arrow_table()
     con.close()
     return text, images
-
-
-def write_outputs(cfg: CrawlConfig, store: Store, round_no: int, fetch_parts: list[str], fetched: pa.Table,
-                  pages: pa.Table, link_graph: pa.Table, dup_info: pa.Table) -> None:
-    """The round's index and links files (staged until publish). Update writes the same files in two
-    halves around its shard merges (:func:`write_links` + :func:`index_rows` before, :func:`write_index`
-    after); this is both at once."""
-    parts = parts_of(fetch_parts)
-    write_links(store, round_no, parts, link_graph)
-    write_index(store, round_no, parts, build_index(fetched, pages, dup_info, round_no))
 
 
 def parts_of(fetch_parts: list[str]) -> list[int]:
