@@ -104,6 +104,17 @@ def _put(out, o, cp):  # type: ignore[no-untyped-def]
 
 
 @_jit
+def _space(out, o, last):  # type: ignore[no-untyped-def]
+    """A whitespace character outside the ASCII fast paths: one space for a run of them, written only
+    after a non-space (``last`` = 0: the last byte kept was not a space); returns the position after it.
+    The caller then sets ``last`` = 1."""
+    if not last:
+        out[o] = 32
+        return o + 1
+    return o
+
+
+@_jit
 def _one(s, low, dig, repl, repl_off, ws, word, mode, pw, out, o0, words, buf):  # type: ignore[no-untyped-def]
     """(SimHash, status, end of the digest bytes in ``out``) of string ``s``; digest bytes from ``o0``.
 
@@ -149,10 +160,8 @@ def _one(s, low, dig, repl, repl_off, ws, word, mode, pw, out, o0, words, buf): 
                 return np.int64(0), SURROGATE, o0
             if mode == 1:  # the lowered text itself
                 if lc < ws.size and ws[lc]:
-                    if not last:
-                        out[o] = 32
-                        o += 1
-                        last = 1
+                    o = _space(out, o, last)
+                    last = 1
                 else:
                     o = _put(out, o, lc)
                     last = 0
@@ -165,10 +174,8 @@ def _one(s, low, dig, repl, repl_off, ws, word, mode, pw, out, o0, words, buf): 
                     for k in range(repl_off[kind], repl_off[kind + 1]):
                         r = repl[k]
                         if r < 0x80 and ws[r]:
-                            if not last:
-                                out[o] = 32
-                                o += 1
-                                last = 1
+                            o = _space(out, o, last)
+                            last = 1
                         else:
                             out[o] = r
                             o += 1
@@ -282,10 +289,8 @@ def collapse_batch(texts, verbatim, ws, out, out_off):  # type: ignore[no-untype
             if 0xD800 <= cp < 0xE000:
                 return t
             if not keep and cp < ws.size and ws[cp]:
-                if not last:
-                    out[o] = 32
-                    o += 1
-                    last = 1
+                o = _space(out, o, last)
+                last = 1
             else:
                 o = _put(out, o, cp)
                 last = 0
