@@ -157,14 +157,8 @@ class _Outcomes:
         self.stats["bytes"] += len(r.body)
         if self.hold_left:
             self._hold(job.url, r, base["content_type"])
-        # the row _row(job, host, t, FETCHED, subset=..., ..., **base, **cols) gives, without the
-        # keyword dicts (one row per page)
-        row = {"url": job.url, "url_hash": job.url_hash, "host": h.host, "depth": job.depth, "fetch_time": t,
-               "status": R.FETCHED, "unit": job.unit, "subset": SUBSET_WARC, "content_length": len(r.body),
-               "truncated": r.truncated}
-        row.update(base)
-        row.update(cols)
-        self.rows.append(row)
+        self.rows.append(_row(job, h.host, t, R.FETCHED, subset=SUBSET_WARC, content_length=len(r.body),
+                              truncated=r.truncated, **base, **cols))
 
     def _hold(self, url: str, r: _Response, ct: str | None = None) -> None:
         """Keep the body of the row about to be appended for the task's parse, with the headers its
