@@ -1,4 +1,5 @@
-"""The steps of a round after fetch+parse (update, reprioritise, publish, report), replayed on a saved
+"""The steps of a round after fetch+parse (update, reprioritise, publish, report, the next round's
+generate), replayed on a saved
 crawl root, with each step's wall and CPU time and optionally its cProfile.
 
 Why: at 20,000 pages these steps run in the driver while the workers wait (``round_timeline.py``);
@@ -24,7 +25,7 @@ import shutil
 import sys
 import tempfile
 import time
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -36,8 +37,8 @@ from crawl.config import load_config  # noqa: E402
 
 def replay(saved: Path, profile: int, client: Any = None,
            keep: Path | None = None) -> dict[str, tuple[float, float, float]]:
-    """{step: (wall s, CPU s, main-thread CPU s)} of update, reprioritise, publish on a fresh copy of
-    ``saved``; ``keep``: where the crawl root is left afterwards (to compare two trees' outputs).
+    """{step: (wall s, CPU s, main-thread CPU s)} of update, reprioritise, publish, report and the next
+    round's generate (the driver's work between two rounds of ``crawl run``) on a fresh copy of ``saved``; ``keep``: where the crawl root is left afterwards (to compare two trees' outputs).
 
     The main thread's CPU is the step's serial driver work: what a side thread or a worker does in
     parallel is in the process's CPU (or the workers') but not in it, so on a loaded box, where walls
@@ -51,9 +52,12 @@ def replay(saved: Path, profile: int, client: Any = None,
         gen = json.loads((work / "root").joinpath(*_gen_rel(cfg)).read_text())
         n, now = gen["round"], datetime.fromisoformat(gen["now"]).astimezone(UTC)
         out = {}
+        later = now + timedelta(seconds=cfg.round_duration_s)  # the next round's time, as `crawl run` sets it
         for name, fn in (("update", lambda: rnd.update(cfg, n, now, client)),
                          ("reprioritise", lambda: rnd.reprioritise(cfg, n, now)),
-                         ("publish", lambda: rnd.publish(cfg, n))):
+                         ("publish", lambda: rnd.publish(cfg, n)),
+                         ("report", lambda: rnd.report(cfg, n)),
+                         ("generate", lambda: rnd.generate(cfg, later))):
             prof = cProfile.Profile() if profile else None
             w0, c0, t0 = time.perf_counter(), time.process_time(), time.thread_time()
             if prof is not None:

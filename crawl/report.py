@@ -101,6 +101,8 @@ class CrawlView:
     round_no: int
     con: duckdb.DuckDBPyConnection
     round_times: dict[int, datetime] = field(default_factory=dict)
+    #: what several of a report's figures read, computed once per view (the host table is built twice)
+    memo: dict[str, Any] = field(default_factory=dict)
 
     def rows(self, sql: str, params: list[Any] | dict[str, Any] | None = None) -> list[dict[str, Any]]:
         rel = self.con.execute(sql, params or [])
@@ -157,22 +159,26 @@ def open_view(root: str, crawl_id: str, as_of: int | None = None) -> CrawlView:
     source("fx", store.state("rounds"), f"{store.state('rounds')}/*/fetched/*.parquet", FETCH_SCHEMA,
            "CAST(regexp_extract(filename, '/rounds/([0-9]+)/fetched/', 1) AS INTEGER) AS round",
            f"round BETWEEN 1 AND {n}")
-    source("dbv", store.state("crawldb"), f"{store.state('crawldb')}/*/*.parquet",
-           crawldb.CRAWLDB_SCHEMA,
-           "CAST(regexp_extract(filename, '/v=([0-9]+)/', 1) AS INTEGER) AS version",
-           f"version BETWEEN 1 AND {n}")
-    if n > 0 and store.fs.glob(store.abs(f"{store.state('crawldb')}/*/overlay/*.parquet")):
-        # versions written as base files + overlays (crawl.crawldb.write_overlay): overlay rows win
-        source("dbv_over", store.state("crawldb"), f"{store.state('crawldb')}/*/overlay/*.parquet",
-               crawldb.CRAWLDB_SCHEMA,
-               "CAST(regexp_extract(filename, '/v=([0-9]+)/', 1) AS INTEGER) AS version",
-               f"version BETWEEN 1 AND {n}")
-        con.execute("ALTER VIEW dbv RENAME TO dbv_base")
-        con.execute("""CREATE VIEW dbv AS
-            SELECT * FROM dbv_base b WHERE NOT EXISTS (
-                SELECT 1 FROM dbv_over o WHERE o.version = b.version AND o.url_hash = b.url_hash)
-            UNION ALL BY NAME SELECT * FROM dbv_over""")
-    con.execute(f"CREATE VIEW db AS SELECT * FROM dbv WHERE version = {n}")
+    def versions(name: str, vdir: str, where: str) -> None:
+        """View ``name`` of the CrawlDb versions in directories ``crawldb/<vdir>``: base files, and where
+        a version was written as base + overlays (crawl.crawldb.write_overlay), the overlay rows win."""
+        glob = f"{store.state('crawldb')}/{vdir}"
+        version = "CAST(regexp_extract(filename, '/v=([0-9]+)/', 1) AS INTEGER) AS version"
+        listed = store.state("crawldb") if vdir == "*" else glob
+        source(name, listed, f"{glob}/*.parquet", crawldb.CRAWLDB_SCHEMA, version, where)
+        if n > 0 and store.fs.glob(store.abs(f"{glob}/overlay/*.parquet")):
+            source(f"{name}_over", store.state("crawldb"), f"{glob}/overlay/*.parquet", crawldb.CRAWLDB_SCHEMA,
+                   version, where)
+            con.execute(f"ALTER VIEW {name} RENAME TO {name}_base")
+            con.execute(f"""CREATE VIEW {name} AS
+                SELECT * FROM {name}_base b WHERE NOT EXISTS (
+                    SELECT 1 FROM {name}_over o WHERE o.version = b.version AND o.url_hash = b.url_hash)
+                UNION ALL BY NAME SELECT * FROM {name}_over""")
+
+    versions("dbv", "*", f"version BETWEEN 1 AND {n}")
+    # version N alone from its own directory: a filter on the version column would still open every
+    # version's files (the version is parsed from the file name), so each query on db read N versions
+    versions("db", f"v={n:05d}", f"version = {n}")
     view = CrawlView(store, n, con)
     for r in range(1, n + 1):
         now = view.step(r, "generate").get("now")
@@ -418,6 +424,12 @@ def freshness(view: CrawlView) -> dict[str, Any]:
 # ---- hosts ------------------------------------------------------------------------------------------
 def host_delays(view: CrawlView) -> dict[str, float]:
     """host -> robots.txt Crawl-delay (s), from the robots cache the next round's generate reads."""
+    if "host_delays" not in view.memo:
+        view.memo["host_delays"] = _host_delays(view)
+    return view.memo["host_delays"]
+
+
+def _host_delays(view: CrawlView) -> dict[str, float]:
     from crawl.config import DEFAULT_USER_AGENT, CrawlConfig
     from crawl.tasks import host_crawl_delays
 
@@ -439,12 +451,26 @@ def hosts(view: CrawlView, limit: int = 20, sort: str = "pages") -> list[dict[st
     and the delay between its requests (max of the configured delay and its Crawl-delay)."""
     if sort not in HOST_SORTS:
         raise ValueError(f"sort must be one of {', '.join(HOST_SORTS)}")
-    crawl_delays = host_delays(view)
     base = configured_delay(view)
+    rows = view.rows(f"SELECT * FROM {_host_rows(view, base)} ORDER BY {sort} DESC NULLS LAST, host LIMIT {int(limit)}")
+    for r in rows:
+        r["last_fetch"] = _iso(r["last_fetch"])
+        if base is None and r["crawl_delay_s"] is None:
+            r["delay_s"] = None
+    return rows
+
+
+def _host_rows(view: CrawlView, base: float | None) -> str:
+    """A temp table of :func:`hosts`' rows, unsorted: built once per view (one scan of the CrawlDb and
+    of the fetch records), then each sort and limit of the host table is a query on it."""
+    if "host_rows" in view.memo:
+        return view.memo["host_rows"]
+    crawl_delays = host_delays(view)
     delays = pa.table({"host": pa.array(list(crawl_delays), pa.string()),
                        "crawl_delay_s": pa.array(list(crawl_delays.values()), pa.float64())})
     view.con.register("host_delays", delays)
-    rows = view.rows(f"""
+    view.con.execute(f"""
+        CREATE TEMP TABLE host_rows AS
         WITH k AS (
             SELECT host, count(*) AS known,
                    count(*) FILTER (WHERE status = 'robots_denied') AS robots_denied
@@ -463,13 +489,9 @@ def hosts(view: CrawlView, limit: int = 20, sort: str = "pages") -> list[dict[st
                coalesce(k.robots_denied, 0) AS robots_denied, d.crawl_delay_s, f.last_fetch,
                greatest(coalesce(?, 0), coalesce(d.crawl_delay_s, 0)) AS delay_s
         FROM k FULL JOIN f USING (host) LEFT JOIN host_delays d USING (host)
-        ORDER BY {sort} DESC NULLS LAST, host LIMIT {int(limit)}
     """, [base])
-    for r in rows:
-        r["last_fetch"] = _iso(r["last_fetch"])
-        if base is None and r["crawl_delay_s"] is None:
-            r["delay_s"] = None
-    return rows
+    view.memo["host_rows"] = "host_rows"
+    return "host_rows"
 
 
 def host_count(view: CrawlView) -> int:

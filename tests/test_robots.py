@@ -5,6 +5,8 @@ from __future__ import annotations
 import pickle
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from crawl.config import DEFAULT_USER_AGENT, PRODUCT_TOKEN
 from crawl.robots import (
@@ -140,3 +142,23 @@ def test_empty_file_and_comments_allow_everything() -> None:
     assert is_allowed("", UA, "http://h/x")
     assert is_allowed("# nothing\n\n", UA, "http://h/x")
     assert is_allowed("Disallow: /\n", UA, "http://h/x")  # rule without a group is ignored
+
+
+_DELAY_LINES = st.sampled_from([
+    "User-agent: *", "User-agent: RecrawlBot", "User-agent: OtherBot", "useragent recrawlbot", "Disallow: /x",
+    "Allow: /", "Crawl-delay: 3", "crawl-delay: 0.5", "CRAWL-DELAY: 7", "Crawl delay: 2", "crawl   delay 4",
+    "crawl\tdelay 6", "Crawl-Delay 9", "crawldelay: 5", "Crawl-delay: x", "# Crawl-delay: 1", "Sitemap: /s.xml",
+    "Request-rate: 1/5", "Delay: 3", "crawl-DELAY:", "Crawl-delay: -1", "\ufeffCrawl-delay: 8", "",
+])
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(_DELAY_LINES, max_size=12), st.sampled_from([UA, "OtherBot/2", ""]))
+def test_crawl_delay_without_parse_matches_protego(lines: list[str], agent: str) -> None:
+    """crawl_delay skips the parse when no line can be a Crawl-delay record: the answer is Protego's
+    own on the prepared text (the oracle), whatever the spelling, case and group of the record."""
+    from crawl.robots import _agent, _parsed
+
+    txt = "\n".join(lines)
+    token = product_token(agent)
+    assert crawl_delay(txt, agent) == _parsed(txt, token).crawl_delay(_agent(token))
