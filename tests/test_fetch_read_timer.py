@@ -19,8 +19,8 @@ CHUNKS = 8  # 0.8 s of trickle: the timer must have been moved past its first de
 
 
 async def _serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    """First request on a connection: a short complete answer (keep-alive); later ones trickle
-    ``CHUNKS`` chunks of a longer body, then stall until the client goes away."""
+    """``/first``: a short complete answer (keep-alive); anything else trickles ``CHUNKS`` chunks of
+    a longer body, then stalls until the client goes away."""
     n = 0
     try:
         while True:
@@ -28,7 +28,7 @@ async def _serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> 
             if not head:
                 return
             n += 1
-            if n == 1 and b"GET /first" in head:
+            if b"GET /first" in head:
                 writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
                 await writer.drain()
                 continue
@@ -45,8 +45,9 @@ async def _serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> 
         writer.close()
 
 
-async def _trickle(lazy: bool, reuse: bool) -> tuple[int, float, float, type[BaseException]]:
-    """(chunks read, seconds from the request to the error, seconds from the last chunk to it, error type)."""
+async def _trickle(lazy: bool, reuse: bool, idle: float = 0.0) -> tuple[int, float, float, type[BaseException]]:
+    """(chunks read, seconds from the request to the error, seconds from the last chunk to it, error type).
+    ``idle``: seconds the reused connection sits in the pool before the trickled request."""
     server = await asyncio.start_server(_serve, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
     connector = aiohttp.TCPConnector(limit=1)
@@ -59,6 +60,7 @@ async def _trickle(lazy: bool, reuse: bool) -> tuple[int, float, float, type[Bas
             if reuse:
                 async with session.get(f"http://127.0.0.1:{port}/first") as r:
                     assert await r.read() == b"ok"
+                await asyncio.sleep(idle)
             start = time.monotonic()
             async with session.get(f"http://127.0.0.1:{port}/trickle") as r:
                 last = time.monotonic()
@@ -78,13 +80,53 @@ async def _trickle(lazy: bool, reuse: bool) -> tuple[int, float, float, type[Bas
     return got, end - start, end - last, type(err)
 
 
-@pytest.mark.parametrize("reuse", [False, True])
-def test_read_timeout_fires_after_the_last_chunk_like_aiohttps(reuse: bool) -> None:
-    ours = asyncio.run(asyncio.wait_for(_trickle(lazy=True, reuse=reuse), 20))
-    theirs = asyncio.run(asyncio.wait_for(_trickle(lazy=False, reuse=reuse), 20))
+@pytest.mark.parametrize(("reuse", "idle"), [(False, 0.0), (True, 0.0), (True, 0.15), (True, 2 * READ_S)])
+def test_read_timeout_fires_after_the_last_chunk_like_aiohttps(reuse: bool, idle: float) -> None:
+    """Also on a connection whose previous response's timer is still armed when the next request
+    starts (idle 0.15 s < READ_S) or lapsed in the pool (idle 2 x READ_S)."""
+    ours = asyncio.run(asyncio.wait_for(_trickle(lazy=True, reuse=reuse, idle=idle), 20))
+    theirs = asyncio.run(asyncio.wait_for(_trickle(lazy=False, reuse=reuse, idle=idle), 20))
     for got, total, idle, kind in (ours, theirs):
         assert got == CHUNKS  # no timeout while data came within READ_S
         assert idle >= READ_S - 0.02  # ...and none before READ_S without data (timer granularity: 1 ms)
         assert total >= CHUNKS * GAP_S + READ_S - 0.02
         assert issubclass(kind, aiohttp.ServerTimeoutError)
     assert ours[0] == theirs[0] and ours[3] is theirs[3]
+
+
+async def _idle_then_ask(lazy: bool) -> tuple[list[bytes], int]:
+    """Two short answers on one keep-alive connection with 3 x READ_S in the pool between them:
+    (bodies, connections the server saw)."""
+    conns = 0
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal conns
+        conns += 1
+        await _serve(reader, writer)
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    connector = aiohttp.TCPConnector(limit=1)
+    if lazy:
+        use_read_timer(connector)
+    bodies = []
+    try:
+        async with aiohttp.ClientSession(connector=connector,
+                                         timeout=aiohttp.ClientTimeout(sock_read=READ_S)) as session:
+            for i in range(2):
+                if i:
+                    await asyncio.sleep(3 * READ_S)
+                async with session.get(f"http://127.0.0.1:{port}/first") as r:
+                    bodies.append(await r.read())
+    finally:
+        server.close()
+    return bodies, conns
+
+
+@pytest.mark.parametrize("lazy", [True, False])
+def test_no_read_timeout_on_an_idle_pooled_connection(lazy: bool) -> None:
+    """A connection idle in the pool longer than ``sock_read`` is not timed out: its next request
+    is answered on it (the lapsed timer of the earlier response does nothing)."""
+    bodies, conns = asyncio.run(asyncio.wait_for(_idle_then_ask(lazy), 20))
+    assert bodies == [b"ok", b"ok"]
+    assert conns == 1

@@ -76,17 +76,21 @@ def _gunzip_capped(body: bytes, cap: int) -> tuple[bytes, bool]:
 
 
 class _ReadTimerHandler(ResponseHandler):
-    """aiohttp's client protocol with the same ``sock_read`` deadline, kept by one timer per wait.
+    """aiohttp's client protocol with the same ``sock_read`` deadline, kept by one timer per connection.
 
     aiohttp cancels its read timer and starts a new one on every chunk that arrives (``call_later``
     per ``data_received``: ~3.8 per page on the simulated web, ~2.5 us each, 3-5 % of the fetch
-    loop). Here a chunk only moves the deadline (last data + ``sock_read``, as before); the timer,
-    when it fires before the deadline moved past it, is set again for the rest, so the timeout
-    still fires when no data came for ``sock_read`` seconds, never earlier. aiohttp is pinned
-    (requirements.lock); tests/test_fetch_read_timer.py checks the behaviour against a real server.
+    loop), and starts one per request and cancels it at the end of each body (~2 us a pair). Here a
+    chunk or a new request only moves the deadline (last data + ``sock_read``, as before) and the end
+    of a body (or a pause of reading) only clears it; the one timer of the connection, when it fires
+    before the deadline moved past it, is set again for the rest, and when it finds no deadline it
+    lapses. So the timeout still fires when no data came for ``sock_read`` seconds while a response
+    is read, never earlier, never while none is; closing the connection cancels the timer. aiohttp is
+    pinned (requirements.lock); tests/test_fetch_read_timer.py checks the behaviour against a real
+    server.
     """
 
-    _read_deadline = 0.0  # loop time the read timeout is due (moved by every chunk)
+    _read_deadline: float | None = None  # loop time the read timeout is due (None: no read timed now)
     _read_timer_at = 0.0  # loop time the armed timer fires
 
     def _reschedule_timeout(self) -> None:
@@ -102,13 +106,38 @@ class _ReadTimerHandler(ResponseHandler):
             self._read_timer_at = when
             self._read_timeout_handle = loop.call_at(when, self._on_read_timeout)
 
+    def _drop_timeout(self) -> None:
+        self._read_deadline = None  # the armed timer (if any) lapses when it fires
+
+    def _cancel_timer(self) -> None:
+        self._read_deadline = None
+        if self._read_timeout_handle is not None:
+            self._read_timeout_handle.cancel()
+            self._read_timeout_handle = None
+
     def _on_read_timeout(self) -> None:
         when = self._read_deadline
+        if when is None:  # no response read since the timer was set: nothing to time
+            self._read_timeout_handle = None
+            return
         if self._loop.time() < when:  # data came after the timer was set: wait for the rest
             self._read_timer_at = when
             self._read_timeout_handle = self._loop.call_at(when, self._on_read_timeout)
             return
+        self._read_timeout_handle = None
         super()._on_read_timeout()
+
+    def close(self) -> None:
+        super().close()
+        self._cancel_timer()
+
+    def abort(self) -> None:
+        super().abort()
+        self._cancel_timer()
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        self._cancel_timer()
+        super().connection_lost(exc)
 
 
 def use_read_timer(connector: aiohttp.TCPConnector) -> aiohttp.TCPConnector:
@@ -156,13 +185,17 @@ class _HttpCalls:
                 try:
                     # up to the cap in as few reads as the data allows: each read takes all that is
                     # buffered (up to what is left), instead of fixed-size chunks copied into a
-                    # bytearray; exactly at the cap, data not yet read means "length"
+                    # bytearray; exactly at the cap, data not yet read means "length". A body
+                    # whose end has arrived is done without one more read() to learn it (most
+                    # pages come whole in the first read: one coroutine call less per page)
                     while size < cap:
                         chunk = await content.read(cap - size)
                         if not chunk:
                             break
                         parts.append(chunk)
                         size += len(chunk)
+                        if content.at_eof():
+                            break
                     else:
                         if not content.at_eof():
                             truncated = "length"
