@@ -141,7 +141,15 @@ def main() -> None:
     ap.add_argument("--baseline-rev", default="", help="also run crawl/parse.py of this git revision")
     ap.add_argument("--reps", type=int, default=3, help="interleaved runs per side of the simulated-web WARC")
     ap.add_argument("--html-only", action="store_true", help="parse only the HTML pages of the simulated-web WARC")
+    ap.add_argument("--stages", action="store_true",
+                    help="with --baseline-rev: only time the HTML pass and the link resolution of each side, "
+                         "bodies in memory, alternated, and check their outputs are equal")
     args = ap.parse_args()
+    if args.stages:
+        if not args.baseline_rev:
+            ap.error("--stages needs --baseline-rev")
+        simweb_stages(args.simweb_hosts, args.baseline_rev, args.reps, args.html_only)
+        return
     rng = random.Random(args.seed)
     pages = [make_page(rng) for _ in range(args.pages)]
     raw = [p.encode("utf-8") for p in pages]
@@ -273,6 +281,8 @@ def simweb_partition(hosts: int, baseline_rev: str, reps: int, html_only: bool =
         best = {name: 0.0 for name, _ in sides}
         cpu: dict[str, list[float]] = {name: [] for name, _ in sides}
         outputs = {}
+        for _name, fn in sides:  # untimed: a revision's numba kernels compile at its first call
+            fn(root, table, 500)
         for rep in range(max(1, reps)):
             for name, fn in (sides if rep % 2 == 0 else sides[::-1]):  # alternate who runs first
                 t, c = time.perf_counter(), time.process_time()
@@ -295,6 +305,62 @@ def simweb_partition(hosts: int, baseline_rev: str, reps: int, html_only: bool =
                   f"baseline={statistics.median(cpu['baseline']):.3f} "
                   f"ratio={statistics.median(cpu['baseline']) / statistics.median(cpu['current']):.2f} "
                   f"tables={'identical' if same else 'DIFFER'}")
+
+
+def simweb_stages(hosts: int, baseline_rev: str, reps: int, html_only: bool = False) -> None:
+    """CPU ms per page of the HTML pass (``_parse_document`` of every body, held in memory: Lexbor,
+    the tree walk, text) and of the link resolution (``_resolve_pages`` over that pass's links) of
+    the current tree and of ``baseline_rev``, alternated ``reps`` times; the links, canonical URLs and
+    texts of both sides must be equal (else it says DIFFER)."""
+    import pyarrow.compute as pc
+
+    import crawl.parse as current
+    from crawl.fingerprint import warm_up
+
+    warm_up()
+    with tempfile.TemporaryDirectory() as root:
+        table = simweb_warc(root, hosts)
+        if html_only:
+            table = table.filter(pc.starts_with(table.column("content_type"), "text/html"))
+        bodies = [(r, list(h), p) for r, h, p in current.warc_bodies(root, table)]
+    urls = table.column("url").to_pylist()
+    page_urls = [urls[r] for r, _, _ in bodies]
+    n = len(bodies)
+    sides = [("baseline", load_parse_at(baseline_rev)), ("current", current)]
+    cpu: dict[tuple[str, str], list[float]] = {}
+    got = {}
+    chunk = 100  # the HTML pass alternates sides every 100 pages, so load swings hit both alike
+    for rep in range(max(1, reps) + 1):  # the first round is a warm-up, untimed
+        parsed_by: dict[str, list] = {name: [] for name, _ in sides}
+        spent = {name: 0.0 for name, _ in sides}
+        for k, i in enumerate(range(0, n, chunk)):
+            for name, mod in (sides if (rep + k) % 2 == 0 else sides[::-1]):
+                c = time.process_time()
+                parsed_by[name] += [mod._parse_document(urls[r], p, h, 500, defer=True) for r, h, p in bodies[i:i + chunk]]
+                spent[name] += time.process_time() - c
+        for name, mod in (sides if rep % 2 == 0 else sides[::-1]):
+            parsed = parsed_by[name]
+            raws = [raw for _, raw in parsed]
+            c1 = time.process_time()
+            res = mod._resolve_pages(page_urls, raws, 500)
+            c2 = time.process_time()
+            if rep:
+                cpu.setdefault((name, "html"), []).append(1000 * spent[name] / n)
+                cpu.setdefault((name, "links"), []).append(1000 * (c2 - c1) / n)
+            got[name] = ([(d.title, d.language, d.meta_noindex, d.meta_nofollow, d.content_text,
+                           raw.text if raw else d.text) for d, raw in parsed],
+                         res.canonical, res.page.tolist(), res.to_url.to_pylist(), res.kind.to_pylist(),
+                         res.nofollow.tolist())
+            del parsed, raws, res
+    same = got["baseline"] == got["current"]
+    print(f"simulated web: {n} pages, bodies in memory, {max(1, reps)} alternated runs per side, "
+          f"load {os.getloadavg()[0]:.1f}")
+    for stage in ("html", "links"):
+        b, c = cpu[("baseline", stage)], cpu[("current", stage)]
+        print(f"{stage:5s} {baseline_rev:8s}: CPU ms/page {', '.join(f'{x:.4f}' for x in b)} (median {statistics.median(b):.4f})")
+        print(f"{stage:5s} current : CPU ms/page {', '.join(f'{x:.4f}' for x in c)} (median {statistics.median(c):.4f})")
+        print(f"RESULT stage={stage} current={statistics.median(c):.4f} baseline={statistics.median(b):.4f} "
+              f"ratio={statistics.median(b) / statistics.median(c):.2f} outputs={'identical' if same else 'DIFFER'}")
 
 
 def partition_rate(raw: list[bytes]) -> float:

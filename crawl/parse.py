@@ -44,6 +44,7 @@ import importlib
 import importlib.metadata
 import logging
 import re
+import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -52,7 +53,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from selectolax.lexbor import LexborHTMLParser
+from selectolax.lexbor import LexborCSSSelector, LexborHTMLParser
 
 from crawl.config import PARSER_SPEC_RE, PRODUCT_TOKEN
 from crawl.fingerprint import collapse_many, fingerprints_many
@@ -412,6 +413,20 @@ def x_robots_flags(value: str | None, agent: str = PRODUCT_TOKEN) -> tuple[bool,
 # --- HTML ----------------------------------------------------------------------------------------
 
 _LINK_CSS = "a[href], area[href], link[href], frame[src], iframe[src]"
+_local = threading.local()
+
+
+def _selector() -> LexborCSSSelector:
+    """This thread's CSS selector engine, shared by every document it parses.
+
+    Why: ``tree.css(q)`` is ``LexborCSSSelector().find(q, tree.root)`` with an engine (Lexbor CSS
+    parser, selector memory) created on a tree's first query and freed with it, ~3 us of a page's
+    ~11 us walk (bench/RESULTS.md, session 7). One per thread: the engine keeps the query's state
+    while it runs, and the parse-ahead thread parses beside the task's own thread."""
+    sel = getattr(_local, "selector", None)
+    if sel is None:
+        sel = _local.selector = LexborCSSSelector()
+    return sel
 _HEAD_AND_LINK_CSS = "meta, title, html, base[href], " + _LINK_CSS
 _REFRESH_URL = re.compile(r"^\s*\d*(?:\.\d*)?\s*[;,]\s*(?:url\s*=\s*)?[\"']?([^\"']+)", re.IGNORECASE)
 _SKIP_SCHEMES = ("mailto:", "javascript:", "data:", "tel:")
@@ -486,7 +501,8 @@ def _parse_html_deferred(url: str, payload: bytes, headers: Mapping[str, str],
 
     # one walk of the tree for everything read before the text (document order, as separate queries
     # would give it: the first <title>, <html> and <base href> count)
-    for node in tree.css(_HEAD_AND_LINK_CSS):
+    root = tree.root
+    for node in _selector().find(_HEAD_AND_LINK_CSS, root) if root is not None else ():
         tag = node.tag
         attrs = node.attributes
         if tag == "a" or tag == "area":  # most nodes: _clean_href inlined
@@ -667,12 +683,20 @@ def _content_text(tree: LexborHTMLParser) -> str:
     """
     nodes = [n for n in tree.tags("article") if not _has_ancestor(n, "article")]
     if not nodes:
-        main = tree.css_first("main") or tree.css_first("[role=main]")
-        nodes = [main] if main is not None else []
+        root = tree.root
+        sel = _selector()
+        main = (sel.find_first("main", root) or sel.find_first("[role=main]", root)) if root is not None else None
+        nodes = main[:1] if main else []
     if not nodes:
         return ""
-    for n in nodes:  # anchor text is navigation (boilerpipe's link density), not the article's words
-        n.strip_tags(["a"], recursive=True)  # = decompose() of each <a> under n, in one call
+    # anchor text is navigation (boilerpipe's link density), not the article's words. The body text is
+    # taken already, so every <a> of the tree goes in one C call (Lexbor's tag index), unless a content
+    # node is or sits inside an <a>: then only those under each node, as the node's own query finds them
+    if all(n.tag != "a" and not _has_ancestor(n, "a") for n in nodes):
+        tree.strip_tags(["a"], recursive=True)
+    else:
+        for n in nodes:
+            n.strip_tags(["a"], recursive=True)  # = decompose() of each <a> under n (n too if it is one)
     # whitespace is left as is: SimHash tokenises and text_digest normalises, and collapsing ~30 KB of
     # text costs more than extracting it
     text = " ".join(n.text(separator=" ") for n in nodes)
