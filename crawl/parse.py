@@ -60,6 +60,7 @@ from crawl.fingerprint import collapse_many, fingerprints_many
 from crawl.gctune import relaxed_gc
 from crawl.records import FETCHED, LINK_SCHEMA, PAGE_SCHEMA, REDIRECT
 from crawl.url import WEB_SCHEMES, resolve_many
+from crawl.url.links import first_rows, resolve_run_keys
 from crawl.warc import iter_records
 
 log = logging.getLogger(__name__)
@@ -584,12 +585,14 @@ class _Resolved:
 
 def _resolve_pages(urls: list[str], raws: list[_RawLinks | None], max_outlinks: int | None,
                    schemes: tuple[str, ...] = WEB_SCHEMES) -> _Resolved:
-    """Resolve the links and canonical URLs of many pages in two :func:`resolve_many` calls (``<base>``
-    first, then everything resolved against it), then per page: drop results not of ``schemes``, keep each
-    URL once (first kind; ``nofollow`` only if every occurrence was) and the first ``max_outlinks``.
+    """Resolve the links and canonical URLs of many pages in two calls (``<base>`` first with
+    :func:`resolve_many`, then everything against it with :func:`crawl.url.links.resolve_run_keys`, one
+    run of rows per page), then per page: drop results not of ``schemes``, keep each URL once (first
+    kind; ``nofollow`` only if every occurrence was) and the first ``max_outlinks``.
 
     Why: one column call per partition instead of one scalar call per href; the per-page
-    de-duplication runs as NumPy group operations over the whole partition.
+    de-duplication runs as Arrow hash / NumPy group operations over the whole partition, on the
+    distinct answers' ids (no string column of every row is built or hashed but the kept links').
     """
     bases = list(urls)
     with_base = [i for i, r in enumerate(raws) if r is not None and r.base_href]
@@ -598,40 +601,44 @@ def _resolve_pages(urls: list[str], raws: list[_RawLinks | None], max_outlinks: 
                            schemes).to_pylist()
         for i, b in zip(with_base, got, strict=True):
             bases[i] = b or urls[i]
+    # one run of rows per page (its links against its base), then one per canonical candidate
     hrefs: list[str] = []
-    hbase: list[str] = []
-    page: list[int] = []
+    run_bases: list[str] = []
+    sizes: list[int] = []
+    run_page: list[int] = []
     kinds: list[str] = []
     nfs: list[bool] = []
-    extra_h: list[str] = []  # canonical candidates, then Link-header canonicals
-    extra_b: list[str] = []
-    extra_page: list[int] = []
-    n_cand = 0
     for i, r in enumerate(raws):
         if r is None:
             continue
-        k = len(r.hrefs)
         hrefs += r.hrefs
-        hbase += [bases[i]] * k
-        page += [i] * k
         kinds += r.kinds
         nfs += r.nofollow
-        for c in r.canonical_hrefs:
-            extra_h.append(c)
-            extra_b.append(bases[i])
-            extra_page.append(i)
-    n_cand = len(extra_h)
+        run_bases.append(bases[i])
+        sizes.append(len(r.hrefs))
+        run_page.append(i)
+    n_links = len(hrefs)
+    extra_page: list[int] = []  # canonical candidates, then Link-header canonicals
+    for i, r in enumerate(raws):
+        if r is not None:
+            for c in r.canonical_hrefs:
+                hrefs.append(c)
+                run_bases.append(bases[i])
+                sizes.append(1)
+                extra_page.append(i)
+    n_cand = len(extra_page)
     for i, r in enumerate(raws):
         if r is not None and r.header_canonical is not None:
-            extra_h.append(r.header_canonical)
-            extra_b.append(urls[i])
+            hrefs.append(r.header_canonical)
+            run_bases.append(urls[i])
+            sizes.append(1)
             extra_page.append(i)
-    n_links = len(hrefs)
-    resolved = resolve_many(hrefs + extra_h, hbase + extra_b, schemes)
+    answers, key_id = resolve_run_keys(hrefs, run_bases, sizes, schemes)
+    page = np.repeat(np.asarray(run_page, np.int64), np.asarray(sizes[:len(run_page)], np.int64))
 
     canonical: list[str | None] = [None] * len(urls)
     header_done = set()
-    for j, target in enumerate(resolved.slice(n_links).to_pylist()):
+    for j, target in enumerate(answers.take(pa.array(key_id[n_links:])).to_pylist()):
         i = extra_page[j]
         if j < n_cand:
             if canonical[i] is None and target is not None:
@@ -640,27 +647,25 @@ def _resolve_pages(urls: list[str], raws: list[_RawLinks | None], max_outlinks: 
             canonical[i] = target
             header_done.add(i)
 
-    links = resolved.slice(0, n_links)
-    page_a = np.asarray(page, dtype=np.int64)
-    nf_a = np.asarray(nfs, dtype=bool)
-    idx = np.flatnonzero(links.is_valid().to_numpy(zero_copy_only=False)) if n_links else page_a
+    # links in the distinct answers' terms: the URL of a row = the URL id of its key
+    link_key = key_id[:n_links]
+    idx = np.flatnonzero(answers.is_valid().to_numpy(zero_copy_only=False)[link_key])
     if len(idx) == 0:
         return _Resolved(canonical, np.zeros(0, np.int64), pa.array([], pa.string()), pa.array([], pa.string()),
                          np.zeros(0, bool))
-    valid = links.take(pa.array(idx))
-    enc = pc.dictionary_encode(valid)
-    url_id = enc.indices.to_numpy(zero_copy_only=False).astype(np.int64)
-    key = page_a[idx] * len(enc.dictionary) + url_id  # one group per (page, URL)
-    _, first, group = np.unique(key, return_index=True, return_inverse=True)
-    followed = np.bincount(group.ravel(), weights=~nf_a[idx], minlength=len(first)) > 0
-    keep = np.sort(first)  # first occurrences, in page and document order
+    enc = pc.dictionary_encode(answers)
+    url_of_key = pc.fill_null(enc.indices, 0).to_numpy(zero_copy_only=False).astype(np.int64)
+    pair = page[idx] * len(enc.dictionary) + url_of_key[link_key[idx]]  # one group per (page, URL)
+    group = pc.dictionary_encode(pa.array(pair)).indices.to_numpy(zero_copy_only=False)
+    keep = first_rows(group)  # first occurrences, in page and document order
+    followed = np.bincount(group, weights=~np.asarray(nfs, dtype=bool)[idx], minlength=len(keep)) > 0
     if max_outlinks is not None:
-        pk = page_a[idx[keep]]
+        pk = page[idx[keep]]
         rank = np.arange(len(keep)) - np.searchsorted(pk, pk, side="left")
         keep = keep[rank < max_outlinks]
-    rows = pa.array(idx[keep])
-    return _Resolved(canonical, page_a[idx[keep]], links.take(rows), pa.array(kinds, pa.string()).take(rows),
-                     ~followed[group.ravel()[keep]])
+    rows = idx[keep]
+    return _Resolved(canonical, page[rows], answers.take(pa.array(link_key[rows])),
+                     pa.array(kinds, pa.string()).take(pa.array(rows)), ~followed[group[keep]])
 
 
 def _has_ancestor(node: object, tag: str) -> bool:

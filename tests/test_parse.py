@@ -174,6 +174,16 @@ def test_fingerprint_text_is_the_main_content() -> None:
     assert parse_html(PAGE, b"<p>just a page</p>", HTML_CT).fingerprint_text == "just a page"
     d = parse_html(PAGE, b"<p>intro words here</p><article>tiny</article>", HTML_CT)
     assert d.fingerprint_text == d.text == "intro words here tiny"
+    # anchors are stripped from the whole tree in one call only when no content node is or sits in
+    # an <a>: else those under each node (the node too when it is an <a>), as its own query finds them
+    d = parse_html(PAGE, b"<nav><a href='/n'>nav words</a></nav><a href='/x'><article>one two three "
+                         b"<b>four</b></article></a><p>after</p>", HTML_CT)
+    assert d.content_text == "one two three  four" and len(d.links) == 2
+    d = parse_html(PAGE, b"<a href='/m' role=main>alpha beta gamma</a><div role=main>x <a href='/y'>y</a></div>"
+                         b"<p>one two three</p>", HTML_CT)
+    assert d.fingerprint_text == d.text == "alpha beta gamma x y one two three"
+    d = parse_html(PAGE, b"<div role=main>uno dos <a href='/y'>link</a> tres cuatro</div>", HTML_CT)
+    assert _words(d.fingerprint_text) == "uno dos tres cuatro"
 
 
 def test_charsets() -> None:

@@ -13,7 +13,9 @@ those are keyed by that prefix: every page of a site shares its menus' resolutio
 Ada calls on the simulated web). Within those keys a *plain* href, made of characters WHATWG copies
 as they are and without dot segments, is the prefix Ada gives once per authority (``/``) or per
 directory and leading ``../`` run (``../x``) plus the href; a plain absolute URL (lower-case ASCII
-host, no ``xn--``) is serialised by hand: 15 -> 2.5 Ada calls per simulated-web page. An Arrow
+host, no ``xn--``) is serialised by hand: 15 -> 2.5 Ada calls per simulated-web page. The key of
+every row is computed in C (Arrow hashing, NumPy), and Python runs once per distinct key
+(:func:`resolve_run_keys`; 118k rows, 46k keys on the parse bench's 2,997 simulated-web pages). An Arrow
 column path for the common href shapes (absolute, root-relative, directory-relative, ``../``) used
 to sit here; ``bench/urls_bench.py`` measured it at 2.2x the per-pair calls' CPU time on 1 M
 simulated-web links once Ada does the parsing, below the 3x a column form must earn (issue 8).
@@ -23,8 +25,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from itertools import groupby
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from crawl.url.columns import _MISSING, _as_string_array
 from crawl.url.parse import _DEFAULT_PORTS, WEB_SCHEMES, resolve
@@ -128,59 +133,141 @@ def resolve_many(
 ) -> pa.Array:
     """:func:`resolve` of ``hrefs[i]`` against ``bases[i]`` for every row -> Arrow string array, null
     where the result is not a URL of ``schemes`` (http(s) by default) or the href is null."""
-    schemes = tuple(schemes)
     h = _pylist(hrefs)
     b = _pylist(bases)
     if len(b) != len(h):
         raise ValueError(f"resolve_many: {len(h)} hrefs but {len(b)} bases")
-    cache: dict[tuple[str | None, ...] | str, str | None] = {}
+    run_bases: list[str | None] = []
+    sizes: list[int] = []
+    for base, run in groupby(b):  # a page's links share its base: one run each
+        run_bases.append(base)
+        sizes.append(sum(1 for _ in run))
+    return resolve_runs(h, run_bases, sizes, schemes)
+
+
+def resolve_runs(hrefs: list[str | None], bases: Sequence[str | None], sizes: Sequence[int],
+                 schemes: tuple[str, ...] = WEB_SCHEMES) -> pa.Array:
+    """:func:`resolve_many` with the bases given once per run of rows (see :func:`resolve_run_keys`)."""
+    answers, key_id = resolve_run_keys(hrefs, bases, sizes, schemes)
+    return answers.take(pa.array(key_id))
+
+
+def first_rows(ids: np.ndarray) -> np.ndarray:
+    """Row of the first occurrence of each id, for ids numbered in the order of their first rows (as
+    Arrow's ``dictionary_encode`` numbers them): where the running maximum grows."""
+    if len(ids) == 0:
+        return np.zeros(0, np.int64)
+    top = np.maximum.accumulate(ids)
+    return np.flatnonzero(np.concatenate(([True], top[1:] > top[:-1])))
+
+
+def resolve_run_keys(hrefs: list[str | None], bases: Sequence[str | None], sizes: Sequence[int],
+                     schemes: tuple[str, ...] = WEB_SCHEMES) -> tuple[pa.Array, np.ndarray]:
+    """The answers of :func:`resolve_many` per distinct key, and each row's key id (``answers.take(ids)``
+    is the row's answer), with the bases given once per run of rows: rows ``sum(sizes[:k])`` to
+    ``sum(sizes[:k + 1]) - 1`` of ``hrefs`` are resolved against ``bases[k]`` (a page's links and its
+    base, so the caller repeats nothing per row). Key ids are numbered in the order of their first
+    rows; two keys may give the same answer.
+
+    Why per distinct key: the rows of a partition hold ~2.6 times fewer distinct (href, what of the
+    base it reads) keys than rows (menus and footers). The key of every row is computed in C (the
+    hrefs dictionary-encoded by Arrow, their shape classified once per distinct href, the base's
+    authority / directory id once per run, the combination in NumPy), and Python runs once per
+    distinct key, in the order of their first rows, so the per-key answers, and the caches they fill,
+    are those of a row-by-row pass over the same input.
+    """
+    schemes = tuple(schemes)
+    n = len(hrefs)
+    if len(sizes) != len(bases) or sum(sizes) != n:
+        raise ValueError(f"resolve_runs: {len(bases)} bases with run sizes summing to {sum(sizes)}, {n} hrefs")
+    if n == 0:
+        return pa.array([], pa.string()), np.zeros(0, np.int32)
+    enc = pc.dictionary_encode(pa.array(hrefs, pa.string()))
+    distinct = enc.dictionary
+    null = enc.indices.is_null().to_numpy(zero_copy_only=False) if enc.indices.null_count else None
+    href_id = pc.fill_null(enc.indices, 0).to_numpy(zero_copy_only=False)  # null rows: their own key below
+    # shape of each distinct href: 0 absolute http(s), 1 starts with / or \, 2 plain path-relative, 3 other
+    shape = np.full(max(1, len(distinct)), 3, np.int8)  # (one slot when every href is null)
+    if len(distinct):
+        first = pc.utf8_slice_codeunits(distinct, 0, 1)
+        slash = pc.fill_null(pc.is_in(first, pa.array(["/", "\\"])), False).to_numpy(zero_copy_only=False)
+        absolute = pc.or_(pc.starts_with(distinct, _ABSOLUTE[0]),
+                          pc.starts_with(distinct, _ABSOLUTE[1])).to_numpy(zero_copy_only=False)
+        path_rel = pc.invert(pc.or_(pc.or_(pc.is_in(first, pa.array(["", "?", "#"])),
+                                           pc.match_substring(distinct, ":")),
+                                    pc.match_substring_regex(distinct, _CTRL_OR_SPACE.pattern)))
+        shape[path_rel.to_numpy(zero_copy_only=False) & ~slash] = 2
+        shape[slash] = 1
+        shape[absolute] = 0
+    # per run: ids of its base's authority, directory (-1: no such prefix) and of the base itself
     prefixes: dict[str | None, tuple[str, str | None] | None] = {}
-    # what Ada makes of "/" against an authority, of "x" / "../x" against a directory: plain hrefs
-    # (kept characters, no dot segment) resolve to that prefix + the href
-    roots: dict[str, str | None] = {}
-    dirs: dict[tuple[str, str], str | None] = {}
-    out: list[str | None] = []
-    append = out.append
-    get = cache.get
-    for href, base in zip(h, b, strict=True):
-        if href is None:
-            append(None)
-            continue
-        key: tuple[str | None, ...] | str
-        kind = 0
-        if href.startswith(_ABSOLUTE):
-            key = href
+    auth_ids: dict[str, int] = {}
+    dir_ids: dict[str, int] = {}
+    base_ids: dict[str | None, int] = {}
+    g = len(bases)
+    g_auth = np.empty(g, np.int64)
+    g_dir = np.empty(g, np.int64)
+    g_base = np.empty(g, np.int64)
+    for k, base in enumerate(bases):
+        pre = prefixes[base] if base in prefixes else prefixes.setdefault(base, _base_prefixes(base))
+        g_base[k] = base_ids.setdefault(base, len(base_ids))
+        if pre is None:
+            g_auth[k] = g_dir[k] = -1
         else:
-            pre = prefixes[base] if base in prefixes else prefixes.setdefault(base, _base_prefixes(base))
-            if pre is None:
-                key = (href, base)
-            elif href[:1] in ("/", "\\"):
-                key = (href, pre[0], "authority")
-                kind = 1
-            elif pre[1] is not None and _path_relative(href):
-                key = (href, pre[1], "directory")
-                kind = 2
-            else:
-                key = (href, base)
-        r = get(key, _MISSING)
-        if r is _MISSING:
-            if kind == 0:
-                r = _plain_absolute(href, schemes) if key is href else _MISSING
-            elif kind == 1:
-                if href[1:2] not in ("/", "\\") and _plain_rest(href):
-                    root = roots[pre[0]] if pre[0] in roots else roots.setdefault(pre[0], resolve("/", base, schemes))
-                    if root is not None and root.endswith("/"):
-                        r = root[:-1] + href
-            else:
-                lead = _LEAD_DOTS.match(href).end()  # type: ignore[union-attr]
-                rest = href[lead:]
-                if rest[:1] != "/" and _plain_rest(rest):
-                    dk = (href[:lead], pre[1])
-                    d = dirs[dk] if dk in dirs else dirs.setdefault(dk, resolve(href[:lead] + "x", base, schemes))
-                    if d is not None and d.endswith("/x"):
-                        r = d[:-1] + rest
-            if r is _MISSING:
-                r = resolve(href, None if key is href else base, schemes)
-            cache[key] = r
-        append(r)  # type: ignore[arg-type]
-    return pa.array(out, type=pa.string())
+            g_auth[k] = auth_ids.setdefault(pre[0], len(auth_ids))
+            g_dir[k] = -1 if pre[1] is None else dir_ids.setdefault(pre[1], len(dir_ids))
+    run = np.repeat(np.arange(g), np.asarray(sizes, np.int64))
+    a, d = len(auth_ids), len(dir_ids)
+    row_shape = shape[href_id]
+    auth = g_auth[run]
+    dirs = g_dir[run]
+    # the part of the base a row's answer depends on: nothing (0), its authority, its directory, all of it
+    kind = np.full(n, 3, np.int8)  # 3: the whole base
+    kind[row_shape == 0] = 0
+    kind[(row_shape == 1) & (auth >= 0)] = 1
+    kind[(row_shape == 2) & (dirs >= 0)] = 2
+    ctx = np.select([kind == 0, kind == 1, kind == 2], [0, 1 + auth, 1 + a + dirs], 1 + a + d + g_base[run])
+    key = href_id.astype(np.int64) * (1 + a + d + len(base_ids)) + ctx
+    if null is not None:
+        key[null] = -1
+    key_enc = pc.dictionary_encode(pa.array(key))  # keys numbered in the order of their first rows
+    key_id = key_enc.indices.to_numpy(zero_copy_only=False)
+    firsts = first_rows(key_id)
+    roots: dict[str, str | None] = {}
+    dir_cache: dict[tuple[str, str], str | None] = {}
+    out = [_resolve_key(hrefs[i], bases[r], k, schemes, prefixes, roots, dir_cache)
+           for i, r, k in zip(firsts.tolist(), run[firsts].tolist(), kind[firsts].tolist(), strict=True)]
+    return pa.array(out, pa.string()), key_id
+
+
+def _resolve_key(href: str | None, base: str | None, kind: int, schemes: tuple[str, ...],
+                 prefixes: dict[str | None, tuple[str, str | None] | None], roots: dict[str, str | None],
+                 dirs: dict[tuple[str, str], str | None]) -> str | None:
+    """The answer for one key: ``kind`` 0 an absolute http(s) href (the base is not read), 1 a
+    ``/``-href against an http(s) base's authority, 2 a plain path-relative href against its directory,
+    3 anything else against the whole base. ``roots`` / ``dirs``: what Ada made of ``/`` per authority,
+    of ``../x`` per directory and leading ``../`` run (plain hrefs resolve to that prefix + the href)."""
+    if href is None:
+        return None
+    r: str | None | object = _MISSING
+    if kind == 0:
+        r = _plain_absolute(href, schemes)
+        base = None
+    elif kind == 1:
+        pre = prefixes[base]
+        if href[1:2] not in ("/", "\\") and _plain_rest(href):
+            root = roots[pre[0]] if pre[0] in roots else roots.setdefault(pre[0], resolve("/", base, schemes))  # type: ignore[index]
+            if root is not None and root.endswith("/"):
+                r = root[:-1] + href
+    elif kind == 2:
+        pre = prefixes[base]
+        lead = _LEAD_DOTS.match(href).end()  # type: ignore[union-attr]
+        rest = href[lead:]
+        if rest[:1] != "/" and _plain_rest(rest):
+            dk = (href[:lead], pre[1])  # type: ignore[index]
+            d = dirs[dk] if dk in dirs else dirs.setdefault(dk, resolve(href[:lead] + "x", base, schemes))  # type: ignore[arg-type]
+            if d is not None and d.endswith("/x"):
+                r = d[:-1] + rest
+    if r is _MISSING:
+        r = resolve(href, base, schemes)
+    return r  # type: ignore[return-value]
