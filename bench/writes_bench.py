@@ -116,9 +116,9 @@ def parse_cpu(root: Path) -> tuple[float, float, int]:
     spent = [0.0]
     plain = Store.write_table
 
-    def timed(self: Store, rel: str, table: object) -> None:
+    def timed(self: Store, rel: str, table: object, *args: object, **kw: object) -> None:
         c = time.process_time()
-        plain(self, rel, table)
+        plain(self, rel, table, *args, **kw)
         spent[0] += time.process_time() - c
 
     Store.write_table = timed  # type: ignore[method-assign]

@@ -112,11 +112,11 @@ class PartitionCheckpoints:
     def save(self, seg: Segment) -> None:
         """Write one checkpoint: its tables first, the commit (JSON) last, each atomically."""
         s = self.store
-        s.write_table(self._rel(seg.number, "fetched.parquet"), seg.fetches)
+        s.write_table(self._rel(seg.number, "fetched.parquet"), seg.fetches, scratch=True)
         if seg.robots.num_rows:
-            s.write_table(self._rel(seg.number, "robots.parquet"), seg.robots)
+            s.write_table(self._rel(seg.number, "robots.parquet"), seg.robots, scratch=True)
         if seg.sitemaps.num_rows:
-            s.write_table(self._rel(seg.number, "sitemaps.parquet"), seg.sitemaps)
+            s.write_table(self._rel(seg.number, "sitemaps.parquet"), seg.sitemaps, scratch=True)
         s.write_json(self._rel(seg.number, "json"), {
             "key": self.key, "segment": seg.number, "attempt": seg.attempt, "open": sorted(seg.open_units),
             "rows": seg.fetches.num_rows, "robots": seg.robots.num_rows, "sitemaps": seg.sitemaps.num_rows,

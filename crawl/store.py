@@ -51,6 +51,29 @@ import fsspec
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+# Columns whose values are (nearly) all distinct in a file: a Parquet dictionary of them holds every
+# value once more until the writer gives up on it (past its 1 MiB dictionary page), and trying cost
+# 8-15 % of writing a file (bench/parquet_opts_bench.py; crawl.crawldb.DICTIONARY_COLUMNS for shards).
+UNIQUE_COLUMNS = frozenset({
+    "url", "url_hash", "loc", "text", "payload_digest", "content_digest", "text_digest",
+    "simhash", "canonical_url", "redirect_location", "warc_record_offset", "warc_record_length",
+})
+
+
+def parquet_options(table: pa.Table, scratch: bool = False) -> dict[str, Any]:
+    """``pq.write_table`` options of a file of ``table``: no dictionary for :data:`UNIQUE_COLUMNS`;
+    outputs users query (page index, text, links, ...) zstd with column statistics; ``scratch``
+    files (a round's working files, each read whole once or twice by a later step: a partition's
+    fetched/pages/raw links/robots/sitemaps files, update's shard files, the CrawlDb delta, fetch
+    checkpoints) Snappy without statistics -- nobody prunes row groups of a file read whole, and
+    Snappy wrote them in ~60 % of zstd's CPU for ~1.4x the bytes (bench/RESULTS.md, "Output writes
+    (session 7, helper writers)"). The values read back are the same either way."""
+    opts: dict[str, Any] = {"compression": "snappy" if scratch else "zstd",
+                            "use_dictionary": [c for c in table.column_names if c not in UNIQUE_COLUMNS]}
+    if scratch:
+        opts["write_statistics"] = False
+    return opts
+
 
 @dataclass(frozen=True)
 class Store:
@@ -155,12 +178,15 @@ class Store:
             return default
         return json.loads(self.read_bytes(rel))
 
-    def write_table(self, rel: str, table: pa.Table) -> None:
+    def write_table(self, rel: str, table: pa.Table, scratch: bool = False) -> None:
+        """``table`` as a Parquet file at ``rel`` (atomically). ``scratch``: a working file a later step
+        of the round reads whole (:func:`parquet_options`), not an output users query."""
         sink = pa.BufferOutputStream()
-        pq.write_table(table, sink, compression="zstd")
+        pq.write_table(table, sink, **parquet_options(table, scratch))
         self.write_bytes(rel, sink.getvalue().to_pybytes())
 
-    def write_tables(self, items: Sequence[tuple[str, pa.Table | None]], threads: int = 4) -> None:
+    def write_tables(self, items: Sequence[tuple[str, pa.Table | None]], threads: int = 4,
+                     scratch: bool = False) -> None:
         """:meth:`write_table` of each (rel, table), ``threads`` at a time; a None table removes ``rel``.
 
         Why: a step that writes a file per shard or partition spent most of it in Parquet encoding and
@@ -171,7 +197,7 @@ class Store:
             if table is None:
                 self.remove(rel)
             else:
-                self.write_table(rel, table)
+                self.write_table(rel, table, scratch)
 
         with ThreadPoolExecutor(max_workers=max(1, min(threads, len(items)))) as pool:
             for job in [pool.submit(one, rel, table) for rel, table in items]:

@@ -191,15 +191,15 @@ def fetch_task(cfg: CrawlConfig, round_no: int, part: int, now: datetime, token:
         pc.replace_substring(out.fetches.column("warc_filename"), staging, "", max_replacements=1))
     out.stats["warc_files"] = [store.unstaged(round_no, v) for v in out.stats.get("warc_files", [])]
     fetches = fetches.cast(FETCH_SCHEMA)
-    store.write_table(store.part_file(round_no, "fetched", part), fetches)
+    store.write_table(store.part_file(round_no, "fetched", part), fetches, scratch=True)
     robots_rows = out.robots_rows
     if robots_rows is None or robots_rows.num_rows == 0:
         robots_rows = ROBOTS_CACHE_SCHEMA.empty_table()
     store.write_table(store.part_file(round_no, "robots", part), robots_rows.select(ROBOTS_CACHE_SCHEMA.names)
-                      .cast(ROBOTS_CACHE_SCHEMA))
+                      .cast(ROBOTS_CACHE_SCHEMA), scratch=True)
     sitemap_rows = out.sitemap_rows if out.sitemap_rows is not None else SITEMAP_SCHEMA.empty_table()
     store.write_table(store.part_file(round_no, "sitemaps", part),
-                      sitemap_rows.select(SITEMAP_SCHEMA.names).cast(SITEMAP_SCHEMA))
+                      sitemap_rows.select(SITEMAP_SCHEMA.names).cast(SITEMAP_SCHEMA), scratch=True)
     stats = {"part": part, **_json_safe(out.stats)}
     store.mark_done(round_no, "fetched", part, stats)
     if checkpoints is not None:  # the partition's rows are in its fetched file now
@@ -336,8 +336,8 @@ def _parse_and_mark(cfg: CrawlConfig, store: Store, round_no: int, part: int, fe
         pages, links, n_ahead = _parse_with_chunks(cfg, documents, by_doc_row, doc_chunks)
     pages = pages.cast(PAGE_SCHEMA)
     # the text and title go to the text file only (stored once): the part file is PAGE_PART_SCHEMA
-    store.write_table(store.part_file(round_no, "pages", part), pages.select(PAGE_PART_SCHEMA.names))
-    store.write_table(store.part_file(round_no, "rawlinks", part), links.cast(LINK_SCHEMA))
+    store.write_table(store.part_file(round_no, "pages", part), pages.select(PAGE_PART_SCHEMA.names), scratch=True)
+    store.write_table(store.part_file(round_no, "rawlinks", part), links.cast(LINK_SCHEMA), scratch=True)
     write_part_texts(store, round_no, part, fetched, pages)  # here, in parallel, not in update's driver
     stats = {"part": part, "pages": pages.num_rows, "links": links.num_rows, "bodies_from_memory": len(by_doc_row),
              "parsed_ahead": n_ahead}

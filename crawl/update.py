@@ -301,7 +301,7 @@ def prepare(cfg: CrawlConfig, store: Store, round_no: int, fetched_all: pa.Table
     store.write_tables([(_shard_rel(store, round_no, kind, s), t.filter(pa.array(where == s)))
                         for s in range(cfg.url_shards)
                         for kind, t, where in (("fetch", fupd, f_shard), ("new", new_rows, n_shard),
-                                               ("sitemap", sm_evidence, e_shard))])
+                                               ("sitemap", sm_evidence, e_shard))], scratch=True)
     return {"links": link_graph.num_rows, "new_urls": int(pc.sum(pc.equal(new_rows.column("source"), "link")
                                                                    ).as_py() or 0) if new_rows.num_rows else 0,
             "discovered": new_rows.num_rows, "sitemap_entries": sm_evidence.num_rows, **seen_stats}, link_graph
@@ -598,7 +598,7 @@ def merge_shard(cfg: CrawlConfig, round_no: int, shard: int) -> dict[str, Any]:
     changed = upd.column("changed")
     dup_info = pa.table({"url_hash": upd.column("url_hash"), "duplicate_of": upd.column("duplicate_of"),
                          "depth": upd.column("depth"), "changed": changed, "status": upd.column("status")})
-    store.write_table(_shard_rel(store, round_no, "dupinfo", shard), dup_info.cast(DUP_INFO_SCHEMA))
+    store.write_table(_shard_rel(store, round_no, "dupinfo", shard), dup_info.cast(DUP_INFO_SCHEMA), scratch=True)
     upd = upd.drop_columns(["changed"])
     missing = pc.is_null(upd.column("pkey"))
     if upd.num_rows and pc.any(missing).as_py():
@@ -618,7 +618,7 @@ def merge_shard(cfg: CrawlConfig, round_no: int, shard: int) -> dict[str, Any]:
             FROM merged m LEFT JOIN ev USING (url_hash)
         """).to_arrow_table())
     merged = merged.take(pc.sort_indices(merged, sort_keys=[("url_hash", "ascending")]))
-    store.write_table(delta_path(store, round_no, shard), merged)
+    store.write_table(delta_path(store, round_no, shard), merged, scratch=True)
     # rows of CrawlDb N: N-1's (from the footers) + URLs it did not know (new, and fetched redirect hops)
     known = crawldb.count_shard(store, prev, shard) + new.num_rows + \
         int((~seen.confirm(touched, seen.sorted_unique(db.column("url_hash").to_numpy()))).sum())
