@@ -337,3 +337,25 @@ def test_records_match_warcio_writer(tmp_path: Path) -> None:
             iter_records(str(tmp_path), "x.warc.gz")] == \
         [(r.warc_type, r.url, r.http_headers, r.payload, r.warc_headers) for r in
          iter_records_warcio(str(tmp_path), "x.warc.gz")]
+
+
+def test_records_of_every_size_read_back_and_compress_as_one_shot(tmp_path: Path) -> None:
+    """Records laid out in the file's reused buffer (small; larger than it, so it grows; larger than
+    its cap, joined instead), interleaved so a short record follows a long one in the same buffer:
+    warcio and FastWARC read every payload back, and each gzip member is the one-shot ISA-L deflate
+    of its record (the bytes the writer made before the buffer)."""
+    from isal import isal_zlib
+
+    from crawl import warc
+
+    sizes = [10, 70_000, 5, 300_000, 0, warc._RECORD_BUFFER_MAX + 10, 17, 2_000_000, 1]
+    bodies = [os.urandom(n // 2) + b"\r\n" * (n // 4) for n in sizes]
+    with WarcFile.open(str(tmp_path), "x.warc.gz") as w:
+        refs = [w.write_response(f"http://a.test/{i}", T0, 200, "OK", [("Content-Type", "x/y")], body, None, None)
+                for i, body in enumerate(bodies)]
+    raw = (tmp_path / "x.warc.gz").read_bytes()
+    for ref, record in zip(refs, _members(tmp_path / "x.warc.gz")[1:], strict=True):
+        assert raw[ref.offset:ref.offset + ref.length] == isal_zlib.compress(record, warc.GZIP_LEVEL, 31)
+    for reader in (iter_records, iter_records_warcio):
+        got = [r.payload for r in reader(str(tmp_path), "x.warc.gz") if r.warc_type == "response"]
+        assert got == bodies
