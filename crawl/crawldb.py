@@ -133,9 +133,9 @@ def read_due(store: Store, version: int, shards: int, now: datetime,
     """
     if version <= 0:
         return CRAWLDB_SCHEMA.empty_table().select(list(columns)), np.empty(0, np.uint64)
-    import duckdb
+    from crawl import duck
 
-    con = duckdb.connect()
+    con = duck.for_store(store)
     src = source_sql(store, con, version, shards)
     skip = ", ".join(f"'{x}'" for x in skip_status)
     known = con.execute(f"SELECT url_hash FROM {src} WHERE status IS NULL OR status NOT IN ({skip})"

@@ -18,12 +18,12 @@ from __future__ import annotations
 import math
 from datetime import datetime
 
-import duckdb
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import xxhash
 
+from crawl import duck
 from crawl.config import CrawlConfig
 from crawl.records import FETCHLIST_SCHEMA
 
@@ -43,7 +43,7 @@ def select(cfg: CrawlConfig, candidates: pa.Table, now: datetime, host_delays: p
 
     ``host_delays`` (host, delay_s) lets known robots Crawl-delays lower a host's cap.
     """
-    con = duckdb.connect()
+    con = duck.connect()
     con.register("cand", candidates)
     default_cap = host_cap(cfg)
     if host_delays is not None and host_delays.num_rows:
@@ -149,7 +149,7 @@ def cap_keys(cfg: CrawlConfig, selected: pa.Table, host_delays: pa.Table | None 
     """
     if cfg.max_pages_per_host_per_round > 0 or selected.num_rows == 0 or "pkey" not in selected.column_names:
         return selected
-    con = duckdb.connect()
+    con = duck.connect()
     con.register("sel", selected)
     if host_delays is not None and host_delays.num_rows:
         con.register("delays", host_delays.select(["host", "delay_s"]))

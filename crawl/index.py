@@ -10,11 +10,11 @@ round is published.
 
 from __future__ import annotations
 
-import duckdb
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from crawl import duck
 from crawl.records import PAGE_PART_SCHEMA
 from crawl.store import Store
 from crawl.url import KNOWN_SCHEMES, is_ip_host, registered_domain, surts, tld, url_columns
@@ -139,7 +139,7 @@ def index_rows(fetched: pa.Table, pages: pa.Table, round_no: int) -> pa.Table:
     status, null, its depth, null (what they are for a URL no merge saw) until
     :func:`with_merge_columns` fills them. Why split: update builds these rows (URL splitting, SURTs:
     most of the index's CPU) while its shard merges run on the workers."""
-    con = duckdb.connect()
+    con = duck.connect()
     con.register("f", fetched.filter(pc.is_valid(fetched.column("warc_filename"))))
     con.register("p", pages)
     t = con.sql("""
@@ -277,7 +277,7 @@ def write_part_texts(store: Store, round_no: int, part: int, fetched: pa.Table, 
 
 def _texts_by_duckdb(fetched: pa.Table, pages: pa.Table, round_no: int) -> tuple[pa.Table, pa.Table]:
     """:func:`write_part_texts`' tables as an SQL inner join (any number of captures per URL)."""
-    con = duckdb.connect()
+    con = duck.connect()
     con.register("pages", pages)
     con.register("f", fetched)
     text = con.sql(f"""

@@ -43,6 +43,8 @@ import numpy as np
 import pyarrow as pa
 import xxhash
 
+from crawl import duck
+
 __all__ = ["NEARDUP_SCHEMA", "block_masks", "candidates", "minhash_pairs", "near_duplicate_pairs"]
 
 NEARDUP_SCHEMA = pa.schema([
@@ -105,7 +107,7 @@ def near_duplicate_pairs(
     existing = existing if existing is not None else pa.table({
         "url_hash": pa.array([], pa.uint64()), "simhash": pa.array([], pa.int64())})
     own = con is None
-    con = duckdb.connect() if con is None else con
+    con = duck.connect() if con is None else con
     try:
         con.register("nd_new", _prepare(new, "new"))
         con.register("nd_existing", _prepare(existing, "existing"))

@@ -191,9 +191,9 @@ def untouched(cfg: CrawlConfig, store: Store, round_no: int, touched: np.ndarray
     tau = last_tau(store, round_no)
     if tau is None:
         return None
-    import duckdb
+    from crawl import duck
 
-    con = duckdb.connect()
+    con = duck.for_store(store)
     con.register("touched", pa.table({"url_hash": pa.array(np.unique(touched), pa.uint64())}))
     src = crawldb.source_sql(store, con, round_no - 1, cfg.url_shards)
     nxt = now.timestamp() + round_spacing_s(store, round_no, now.timestamp())

@@ -35,7 +35,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from crawl import crawldb, health, index, seen
+from crawl import crawldb, duck, health, index, seen
 from crawl.config import CrawlConfig
 from crawl.records import FETCH_SCHEMA, LINK_SCHEMA, PAGE_PART_SCHEMA, SITEMAP_SCHEMA
 from crawl.store import Store
@@ -235,7 +235,7 @@ def prepare(cfg: CrawlConfig, store: Store, round_no: int, fetched_all: pa.Table
     """``links_of`` gives the round's followed links, canonical (:func:`link_part` of every partition,
     in partition order); None computes them here."""
     prev = round_no - 1
-    con = duckdb.connect()
+    con = duck.for_store(store)
     db_src = _prev_db_source(con, store, cfg, prev)
     k = cfg.simhash_max_distance
 
@@ -541,7 +541,7 @@ def merge_shard(cfg: CrawlConfig, round_no: int, shard: int) -> dict[str, Any]:
     k = cfg.simhash_max_distance
     # a degraded round (crawl.health) says more about our reach than about the URL: no retry step
     retry_step = 0 if (store.read_json(store.round_dir(round_no, "health.json")) or {}).get("degraded") else 1
-    con = duckdb.connect()
+    con = duck.connect()
     con.register("db", db)
     con.register("u", fupd)
     upd = con.sql(f"""
@@ -674,7 +674,7 @@ def _rows_of(store: Store, version: int, shard: int, hashes: np.ndarray) -> pa.T
     as a filter (no Arrow copy of the whole shard: a shard of 2.5 M rows was ~1.5 GiB per merge)."""
     if version <= 0 or hashes.size == 0:
         return crawldb.CRAWLDB_SCHEMA.empty_table()
-    con = duckdb.connect()
+    con = duck.for_store(store)
     con.register("want", pa.table({"url_hash": pa.array(np.unique(hashes), pa.uint64())}))
     src = crawldb.source_sql(store, con, version, 1 + shard, shard)
     t = con.sql(f"SELECT * FROM {src} WHERE url_hash IN (SELECT url_hash FROM want) ORDER BY url_hash").to_arrow_table()
@@ -688,7 +688,7 @@ def _write_digests(store: Store, round_no: int, fetched: pa.Table) -> None:
     1..N), found by a semi-join of the round's digests against the earlier files' digest column."""
     from crawl.digests import digest_files
 
-    con = duckdb.connect()
+    con = duck.for_store(store)
     con.register("f", fetched)
     con.execute("""
         CREATE TEMP TABLE cur AS
@@ -711,7 +711,7 @@ def _write_robots(store: Store, round_no: int) -> None:
     if old is None:
         old = ROBOTS_CACHE_SCHEMA.empty_table()
     new = store.read_tables(_parts(store, round_no, "robots"), ROBOTS_CACHE_SCHEMA)
-    con = duckdb.connect()
+    con = duck.connect()
     con.register("old", old)
     con.register("new", new)
     t = con.sql("""
