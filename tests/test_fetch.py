@@ -537,3 +537,25 @@ def test_politeness_key_ip_makes_one_queue(simweb, tmp_path: Path) -> None:
     assert out.stats["politeness_keys"] == len(hosts)
     log = sorted(log_for(sw, set(hosts), since), key=lambda r: r["start"])
     assert min(b["start"] - a["start"] for a, b in zip(log, log[1:], strict=False)) < 0.15
+
+
+def test_total_timeout_bounds_each_request(simweb, tmp_path: Path) -> None:
+    """``total_timeout_s`` bounds a whole request (crawl.fetch.http._TotalBounds, one timer for all
+    requests) when the read timeout alone would not: a 3 s answer under a 2 s bound is a timeout, a
+    stalled body is kept truncated for time 2 s (not the read timeout's 10 s) after it started."""
+    sw = simweb
+    urls = [FAULT + n for n in ("slow", "stall", "stall-accept", "404")]
+    cfg = cfg_for(sw, politeness_delay_s=0.05, max_host_errors=50, read_timeout_s=10.0, total_timeout_s=2.0)
+    out = run(cfg, urls, tmp_path)
+    rows = last_rows(out)
+    by = {u.rsplit("/fault/", 1)[1]: r for u, r in rows.items() if "/fault/" in u}
+    assert by["slow"]["status"] == "retry" and by["slow"]["error"] == "timeout"  # answered at 3 s: too late
+    assert by["stall-accept"]["status"] == "retry" and by["stall-accept"]["error"] == "timeout"
+    assert by["stall"]["status"] == "fetched" and by["stall"]["truncated"] == "time"
+    assert by["stall"]["content_length"] == 15  # what came before the stall is kept
+    assert by["404"]["status"] == "gone"  # the host's later requests go on as before
+    # one request after the other on this host (delay 0.05 s between an answer and the next start):
+    # each timed-out request took the bound, not less, and not the 10 s of the read timeout
+    starts = [by[n]["fetch_time"] for n in ("slow", "stall", "stall-accept", "404")]
+    took = [(b - a).total_seconds() for a, b in zip(starts, starts[1:], strict=False)]
+    assert all(cfg.total_timeout_s <= t < cfg.read_timeout_s for t in took), took

@@ -74,7 +74,7 @@ from crawl.checkpoint import (
 from crawl.config import CrawlConfig
 from crawl.digests import KnownDigests
 from crawl.errors import FetchStopped
-from crawl.fetch.http import _CHUNK, FTP_PREFIX, _HttpCalls, use_read_timer
+from crawl.fetch.http import _CHUNK, FTP_PREFIX, _HttpCalls, _TotalBounds, use_read_timer
 from crawl.fetch.outcome import (
     SUBSET_DIAG,
     SUBSET_ROBOTS,
@@ -311,10 +311,12 @@ class _Fetcher(_Scheduling, _HttpCalls, _Outcomes, _RobotsFetch, _SitemapFetch, 
             limit=cfg.max_concurrent_hosts * cfg.max_in_flight_per_host,
             limit_per_host=cfg.max_in_flight_per_host,
         ))
-        # total bounds a whole request, body included (aiohttp's own per-request timer; its
-        # ceil_threshold rounds a total of 5 s or more up to the loop clock's next whole second)
-        self.timeout = aiohttp.ClientTimeout(total=cfg.total_timeout_s, sock_connect=cfg.connect_timeout_s,
+        # cfg.total_timeout_s bounds a whole request, body included: one timer for every request
+        # (_TotalBounds, aiohttp's rule: a total of 5 s or more ends at the loop clock's next
+        # whole second), not aiohttp's per-request total
+        self.timeout = aiohttp.ClientTimeout(total=None, sock_connect=cfg.connect_timeout_s,
                                              connect=cfg.connect_timeout_s, sock_read=cfg.read_timeout_s)
+        self.bounds = _TotalBounds(cfg.total_timeout_s)
         self.build_slots(await self._politeness_keys())
         done = threading.Event()
         if self.should_continue is not None:
@@ -329,6 +331,7 @@ class _Fetcher(_Scheduling, _HttpCalls, _Outcomes, _RobotsFetch, _SitemapFetch, 
                 await self._dispatch()
             finally:
                 done.set()
+                self.bounds.close()
         await self.resolver.close()
 
     async def _dispatch(self) -> None:

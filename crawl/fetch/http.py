@@ -6,9 +6,12 @@ concern; what the answer means is :mod:`crawl.fetch.outcome`'s.
 
 from __future__ import annotations
 
+import asyncio
 import functools
+import math
 import re
 import zlib
+from collections import deque
 from dataclasses import dataclass
 
 import aiohttp
@@ -147,6 +150,94 @@ def use_read_timer(connector: aiohttp.TCPConnector) -> aiohttp.TCPConnector:
     return connector
 
 
+class _Bound:
+    """One request's place in :class:`_TotalBounds`."""
+
+    __slots__ = ("cancelling", "fired", "n", "task", "waiting")
+
+    def __init__(self, n: int, task: asyncio.Task[object]) -> None:
+        self.n = n
+        self.task = task
+        self.waiting = True  # on the network (connect, send, answer, body): the bound may cancel it
+        self.fired = False  # the bound ran out and cancelled the request
+        self.cancelling = 0  # the task's cancel requests before ours (asyncio.Task.cancelling)
+
+
+class _TotalBounds:
+    """The whole-request time bound (``cfg.total_timeout_s``) of every HTTP request of a fetcher,
+    kept by one timer for all of them.
+
+    Why not aiohttp's ``ClientTimeout(total=...)``: it costs each request a ``TimeoutHandle`` with a
+    ``call_at`` and its cancel, and a ``TimerContext`` entered around every wait (8-13 us per page,
+    bench/RESULTS.md "Fetch loop CPU (session 7)"). A fetcher's requests all have the same bound, so
+    their deadlines come in start order: a FIFO of (deadline, id) and one timer armed for the oldest
+    live request do. Same rule as aiohttp's: the deadline is start + total, rounded up to the loop
+    clock's next whole second when total >= 5 s (its ``ceil_threshold``); at the deadline a request
+    still on the network is cancelled and :meth:`_HttpCalls._request` answers ``TimeoutError``, as
+    aiohttp's ``TimerContext`` does (a cancel from elsewhere at the same time still propagates).
+    """
+
+    CEIL_THRESHOLD = 5.0  # aiohttp's ClientTimeout.ceil_threshold default
+
+    def __init__(self, total: float | None) -> None:
+        self.total = total if total and total > 0 else None
+        self.live: dict[int, _Bound] = {}
+        self.q: deque[tuple[float, int]] = deque()  # (deadline, id) in start order
+        self.n = 0
+        self.handle: asyncio.TimerHandle | None = None
+
+    def start(self) -> _Bound:
+        """The bound of the request the current task starts now."""
+        task = asyncio.current_task()
+        assert task is not None
+        self.n += 1
+        b = _Bound(self.n, task)
+        if self.total is None:
+            return b
+        loop = task.get_loop()
+        when = loop.time() + self.total
+        if self.total >= self.CEIL_THRESHOLD:
+            when = math.ceil(when)
+        q = self.q
+        while q and q[0][1] not in self.live:  # ended requests at the head
+            q.popleft()
+        self.live[b.n] = b
+        q.append((when, b.n))
+        if self.handle is None:
+            self.handle = loop.call_at(when, self._fire)
+        return b
+
+    def end(self, b: _Bound) -> None:
+        self.live.pop(b.n, None)
+
+    def _fire(self) -> None:
+        self.handle = None
+        q, live = self.q, self.live
+        now = None
+        while q:
+            when, n = q[0]
+            b = live.get(n)
+            if b is None:
+                q.popleft()
+                continue
+            if now is None:
+                now = b.task.get_loop().time()
+            if when > now:
+                self.handle = b.task.get_loop().call_at(when, self._fire)
+                return
+            q.popleft()
+            del live[n]
+            if b.waiting and not b.task.done():
+                b.fired = True
+                b.cancelling = b.task.cancelling()
+                b.task.cancel()
+
+    def close(self) -> None:
+        if self.handle is not None:
+            self.handle.cancel()
+            self.handle = None
+
+
 class _HttpCalls:
     """One request of the fetcher: an HTTP GET through the task's aiohttp session (capped body read)
     or one FTP session (:mod:`crawl.ftp`), both answered as a :class:`_Response`."""
@@ -163,9 +254,9 @@ class _HttpCalls:
         truncated: str | None = None
         status: int | None = None
         started = self.mono()
-        # the whole request (connect, headers, body) is bounded by the session's
-        # ClientTimeout(total=cfg.total_timeout_s): one timer per request, the one aiohttp starts
-        # anyway, instead of a second asyncio.timeout around it
+        # the whole request (connect, headers, body) is bounded by cfg.total_timeout_s through
+        # one timer for all requests (_TotalBounds), not aiohttp's per-request one
+        bound = self.bounds.start()
         try:
             async with self.session.get(request_url(url), headers=headers, allow_redirects=False,
                                         trace_request_ctx=s) as resp:
@@ -204,16 +295,30 @@ class _HttpCalls:
                     truncated = "disconnect"
                 except (aiohttp.ServerTimeoutError, aiohttp.SocketTimeoutError):
                     truncated = "time"
+                finally:
+                    bound.waiting = False  # the body is in: releasing the connection is not bounded
         except TimeoutError:
             if status is None:
                 self._answered(s)
                 raise
+            truncated = "time"  # the total timeout ran out while the body came
+        except asyncio.CancelledError:
+            # the total bound ran out (and no one else cancelled the task): a TimeoutError, as
+            # aiohttp's own total timer turns its cancel into one
+            if not bound.fired or bound.task.uncancel() > bound.cancelling:
+                if status is None:
+                    self._answered(s)
+                raise
+            if status is None:
+                self._answered(s)
+                raise TimeoutError from None
             truncated = "time"  # the total timeout ran out while the body came
         except BaseException:
             if status is None:
                 self._answered(s)
             raise
         finally:
+            self.bounds.end(bound)
             self.stats["request_s"] += self.mono() - started
         return _Response(status, reason, raw, req_headers, b"".join(parts), truncated, ip, location,
                          retry_after)
