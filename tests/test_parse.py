@@ -527,17 +527,19 @@ def test_resolve_many_equals_resolve_on_adversarial_pairs() -> None:
 _PLAIN_PIECES = ["a", "b.html", "-", "_", "~", "!", "$", "&", "(", "*", "+", ",", ";", "=", ":", "@", "%", "%41",
                  "%2e", "%2E", "/", "//", "?", "#", "?q=1", "#f", ".", "..", "./", "../", ".a", "a.", "'", "\\",
                  " ", "\t", "^", "|", "[", "`", "{", "\"", "<", "\u00e9", "A", "0", "xn--"]
-_PLAIN_HOSTS = ["h", "a.b", "sub.h-1.com", "-x-.com", "a.12", "h.0x1f", "1.2.3.4", "xn--bcher-kva.de", "xn--a.com",
+_PLAIN_HOSTS = ["h", "a.b", "sub.h-1.com", "Shop-1.SIM.TEST", "XN--a.com", "a.Xn--b", "A.0X1F", "H:443", "Ex.COM:8080", "-x-.com", "a.12", "h.0x1f", "1.2.3.4", "xn--bcher-kva.de", "xn--a.com",
                 "a..b", "Ex.com", "h.", "a" * 64 + ".com", "b1.c2", "h:80", "h:0080", "h:443", "h:8080", "h:65536",
                 "h:", "u@h", "h:99999"]
 _PLAIN_BASES = ["http://h/a/b.html", "https://h.org/", "http://u:p@h.com:8080/a/b", "http://h/a/./b",
                 "http://h/a%2e/b", "http://h", "http://h/dir/?q=/x#f/y", "https://www.example.com/n/2024/i.html",
                 "http://h:80/x/y/z", "http://H.com/A/B/", "http://h/a/..", "http://h/a\\b/c", "http://127.0.0.1/x/",
-                "http://xn--bcher-kva.de/p/q", "ftp://f.test/d/"]
+                "http://xn--bcher-kva.de/p/q", "ftp://f.test/d/", "https://h/a//b/c", "http://h//", "https://h:8443/a/b/c/d",
+                "http://H:80/a:b/@c/d", "http://h/a/%41/b", "http://h/a/%2e%2E/b", "http://h/.a/b", "http://h/a/b/..c/d"]
 
 
 @settings(max_examples=3000, deadline=None)
-@given(st.sampled_from(["", "", "/", "./", "../", "../../", "./../", "http://", "https://"]),
+@given(st.sampled_from(["", "", "/", "./", "../", "../../", "./../", ".././", "../../../../", "http://", "https://",
+                        "//", "HTTP://"]),
        st.sampled_from(_PLAIN_HOSTS), st.lists(st.sampled_from(_PLAIN_PIECES), max_size=8).map("".join),
        st.lists(st.sampled_from(_PLAIN_BASES), min_size=1, max_size=4), st.booleans())
 def test_resolve_many_ada_free_paths_equal_resolve(prefix: str, host: str, rest: str, bases: list[str],
@@ -547,8 +549,8 @@ def test_resolve_many_ada_free_paths_equal_resolve(prefix: str, host: str, rest:
     whichever base of a shared prefix came first."""
     from crawl.url.links import resolve, resolve_many
 
-    href = prefix + host + ("/" if rest[:1] not in ("", "/", "?", "#") else "") + rest if prefix.startswith("http") \
-        else prefix + rest
+    href = prefix + host + ("/" if rest[:1] not in ("", "/", "?", "#") else "") + rest \
+        if prefix.lower().startswith("http") or prefix == "//" else prefix + rest
     schemes = ("http", "https", "ftp") if ftp else ("http", "https")
     hrefs = [href] * len(bases) + [href.upper(), "/" + href, "x/" + href]
     bs = bases + bases[:1] * 3

@@ -86,10 +86,10 @@ _KEPT = r"[A-Za-z0-9\-._~!$&()*+,;=:@%/?#]"
 _KEPT_RE = re.compile(_KEPT + "*")
 # leading "./" and "../" segments of a path-relative href (what it pops off the base's directory)
 _LEAD_DOTS = re.compile(r"(?:\.\.?/)*")
-# http(s) URL whose host is lower-case ASCII labels, the last starting with a letter (so never an
-# IPv4 number), an optional port, then nothing or a path / query / fragment of kept characters
+# http(s) URL whose host is ASCII letter / digit / hyphen labels, the last starting with a letter (so
+# never an IPv4 number), an optional port, then nothing or a path / query / fragment of kept characters
 _PLAIN_ABSOLUTE = re.compile(
-    r"(https?)://((?:[a-z0-9-]{1,63}\.){0,126}[a-z][a-z0-9-]{0,62})(?::([0-9]{1,5}))?(" + _KEPT + r"*)")
+    r"(https?)://((?:[A-Za-z0-9-]{1,63}\.){0,126}[A-Za-z][A-Za-z0-9-]{0,62})(?::([0-9]{1,5}))?(" + _KEPT + r"*)")
 
 
 def _plain_rest(rest: str) -> bool:
@@ -102,12 +102,16 @@ def _plain_rest(rest: str) -> bool:
 
 def _plain_absolute(href: str, schemes: tuple[str, ...]) -> str | None | object:
     r"""WHATWG's serialisation of an absolute http(s) ``href`` without Ada when it needs no work but
-    dropping a default port and adding the root path: a lower-case ASCII host (no ``xn--`` label: IDNA
-    is Ada's), kept characters after it; ``_MISSING`` for anything else (Ada decides)."""
+    dropping a default port, adding the root path and lower-casing an ASCII host (no ``xn--`` label in
+    any case: IDNA is Ada's), kept characters after it; ``_MISSING`` for anything else (Ada decides).
+    Scheme-relative hrefs (``//host/p``) come here with the base's scheme put before them."""
     m = _PLAIN_ABSOLUTE.fullmatch(href)
     if m is None or "xn--" in href:
         return _MISSING
     scheme, host, port, rest = m.groups()
+    host = host.lower()  # ASCII letters only: WHATWG's domain to ASCII lower-cases them
+    if "xn--" in host:  # an upper-case XN-- label
+        return _MISSING
     if rest[:1] not in ("", "/", "?", "#") or "/." in rest or "%2" in rest:
         return _MISSING
     if scheme not in schemes:
@@ -118,6 +122,31 @@ def _plain_absolute(href: str, schemes: tuple[str, ...]) -> str | None | object:
             return _MISSING
         port = "" if n == _DEFAULT_PORTS[scheme] else f":{n}"
     return f"{scheme}://{host}{port or ''}{rest if rest[:1] == '/' else '/' + rest}"
+
+
+def _root(pre: tuple[str, str | None], base: str, schemes: tuple[str, ...], roots: dict[str, str | None]) -> str | None:
+    """Ada's answer for ``/`` against the base's scheme and authority ``pre[0]`` (once per authority),
+    None unless it ends with the root ``/``."""
+    root = roots[pre[0]] if pre[0] in roots else roots.setdefault(pre[0], resolve("/", base, schemes))
+    return root if root is not None and root.endswith("/") else None
+
+
+def _directory(lead: str, pre: tuple[str, str | None], base: str, schemes: tuple[str, ...],
+               roots: dict[str, str | None]) -> str | None:
+    """The directory (ending in ``/``) a path-relative href starting with ``lead`` (a run of ``./``
+    and ``../``) resolves in against the base whose prefixes are ``pre``; None when Ada decides.
+
+    Without Ada when the base's directory path is plain (kept characters, no dot segment: WHATWG
+    copies it as it is): each ``..`` drops its last segment (never above the root), after the
+    authority's root Ada gave once (:func:`_root`). Else Ada's answer for ``lead + "x"``."""
+    path = pre[1][len(pre[0]):]  # type: ignore[index]  # "" (no path), "/", "/a/b/"
+    root = _root(pre, base, schemes, roots) if not path or _plain_rest(path) else None
+    if root is None:
+        d = resolve(lead + "x", base, schemes)
+        return d[:-1] if d is not None and d.endswith("/x") else None
+    segments = path[1:-1].split("/") if len(path) > 1 else []
+    keep = len(segments) - lead.split("/").count("..")
+    return root + "".join(seg + "/" for seg in segments[:max(keep, 0)])
 
 
 def _pylist(values: Sequence[str | None] | pa.Array | pa.ChunkedArray) -> list[str | None]:
@@ -246,7 +275,8 @@ def _resolve_key(href: str | None, base: str | None, kind: int, schemes: tuple[s
     """The answer for one key: ``kind`` 0 an absolute http(s) href (the base is not read), 1 a
     ``/``-href against an http(s) base's authority, 2 a plain path-relative href against its directory,
     3 anything else against the whole base. ``roots`` / ``dirs``: what Ada made of ``/`` per authority,
-    of ``../x`` per directory and leading ``../`` run (plain hrefs resolve to that prefix + the href)."""
+    and the directory ``../x`` per base directory and leading ``../`` run resolves in (plain hrefs
+    resolve to that prefix + the href)."""
     if href is None:
         return None
     r: str | None | object = _MISSING
@@ -255,19 +285,24 @@ def _resolve_key(href: str | None, base: str | None, kind: int, schemes: tuple[s
         base = None
     elif kind == 1:
         pre = prefixes[base]
-        if href[1:2] not in ("/", "\\") and _plain_rest(href):
-            root = roots[pre[0]] if pre[0] in roots else roots.setdefault(pre[0], resolve("/", base, schemes))  # type: ignore[index]
-            if root is not None and root.endswith("/"):
-                r = root[:-1] + href
+        if href[1:2] not in ("/", "\\"):
+            if _plain_rest(href):
+                root = _root(pre, base, schemes, roots)  # type: ignore[arg-type]
+                if root is not None:
+                    r = root[:-1] + href
+        elif href[1:2] == "/" and _root(pre, base, schemes, roots) is not None:  # type: ignore[arg-type]
+            # scheme-relative against a valid base (only its authority can make it invalid): the base's
+            # special scheme, then the href as an absolute URL
+            r = _plain_absolute(pre[0][:pre[0].index(":") + 1] + href, schemes)  # type: ignore[index]
     elif kind == 2:
         pre = prefixes[base]
         lead = _LEAD_DOTS.match(href).end()  # type: ignore[union-attr]
         rest = href[lead:]
         if rest[:1] != "/" and _plain_rest(rest):
             dk = (href[:lead], pre[1])  # type: ignore[index]
-            d = dirs[dk] if dk in dirs else dirs.setdefault(dk, resolve(href[:lead] + "x", base, schemes))  # type: ignore[arg-type]
-            if d is not None and d.endswith("/x"):
-                r = d[:-1] + rest
+            d = dirs[dk] if dk in dirs else dirs.setdefault(dk, _directory(href[:lead], pre, base, schemes, roots))  # type: ignore[arg-type]
+            if d is not None:
+                r = d + rest
     if r is _MISSING:
         r = resolve(href, base, schemes)
     return r  # type: ignore[return-value]
