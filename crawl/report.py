@@ -40,7 +40,7 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
-from crawl import crawldb
+from crawl import crawldb, duck
 from crawl.index import INDEX_SCHEMA
 from crawl.records import FETCH_SCHEMA
 from crawl.store import Store
@@ -135,7 +135,7 @@ def open_view(root: str, crawl_id: str, as_of: int | None = None) -> CrawlView:
     n = current if as_of is None else int(as_of)
     if n < 0 or n > current:
         raise ValueError(f"crawl {crawl_id!r}: round {n} is not published (published: 1..{current})")
-    con = duckdb.connect()
+    con = duck.for_store(store)  # its views are TEMP: this connection's own on the shared database
     if store.fs.__class__.__name__ == "LocalFileSystem":
         prefix = store.base.rstrip("/")
     else:
@@ -147,11 +147,11 @@ def open_view(root: str, crawl_id: str, as_of: int | None = None) -> CrawlView:
         if n > 0 and store.ls(rel_dir):
             src = (f"read_parquet('{prefix}/{glob}', union_by_name = true, hive_partitioning = false, "
                    f"filename = true)")
-            con.execute(f"CREATE VIEW {name} AS SELECT * FROM (SELECT *, {select} FROM {src}) WHERE {where}")
+            con.execute(f"CREATE TEMP VIEW {name} AS SELECT * FROM (SELECT *, {select} FROM {src}) WHERE {where}")
         else:
             empty = schema.empty_table()
             con.register(f"{name}_empty", empty)
-            con.execute(f"CREATE VIEW {name} AS SELECT *, NULL::VARCHAR AS filename, {select} "
+            con.execute(f"CREATE TEMP VIEW {name} AS SELECT *, NULL::VARCHAR AS filename, {select} "
                         f"FROM {name}_empty WHERE false")
 
     source("idx", f"index/crawl={cid}", f"index/crawl={cid}/*/*.parquet", INDEX_SCHEMA,
@@ -170,7 +170,7 @@ def open_view(root: str, crawl_id: str, as_of: int | None = None) -> CrawlView:
             source(f"{name}_over", store.state("crawldb"), f"{glob}/overlay/*.parquet", crawldb.CRAWLDB_SCHEMA,
                    version, where)
             con.execute(f"ALTER VIEW {name} RENAME TO {name}_base")
-            con.execute(f"""CREATE VIEW {name} AS
+            con.execute(f"""CREATE TEMP VIEW {name} AS
                 SELECT * FROM {name}_base b WHERE NOT EXISTS (
                     SELECT 1 FROM {name}_over o WHERE o.version = b.version AND o.url_hash = b.url_hash)
                 UNION ALL BY NAME SELECT * FROM {name}_over""")
