@@ -25,6 +25,7 @@ import duckdb
 _lock = threading.Lock()
 _db: duckdb.DuckDBPyConnection | None = None
 _pid: int | None = None
+_inherited: list[duckdb.DuckDBPyConnection] = []
 
 
 def connect(own: bool = False) -> duckdb.DuckDBPyConnection:
@@ -36,6 +37,8 @@ def connect(own: bool = False) -> duckdb.DuckDBPyConnection:
         return duckdb.connect()
     with _lock:  # cursor() on one connection object from several threads at once is not safe
         if _db is None or _pid != os.getpid():
+            if _db is not None:  # a forked child: the parent's database must never be closed here (its
+                _inherited.append(_db)  # destructor would wait for worker threads the child does not have)
             _db, _pid = duckdb.connect(), os.getpid()
         return _db.cursor()
 

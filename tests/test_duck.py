@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import multiprocessing
 import threading
 
 import pyarrow as pa
@@ -53,3 +54,30 @@ def test_shared_database_and_own_database() -> None:
     remote = duck.for_store(Remote())
     remote.execute("CREATE TABLE r AS SELECT 1 AS v")
     assert a.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = 'r'").fetchone()[0] == 0
+
+
+def _child_query(q: multiprocessing.Queue) -> None:
+    con = duck.connect()
+    con.register("t", pa.table({"x": [1, 2, 3]}))
+    inherited = con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = 'parent_mark'").fetchone()[0]
+    q.put((con.execute("SELECT sum(x) FROM t").fetchone()[0], inherited))
+
+
+def test_a_forked_child_gets_a_database_of_its_own() -> None:
+    """A process forked after the parent used the shared database (an Airflow task runner, a forked
+    worker) queries on a new database of its own; the parent's is left alone, never closed there."""
+    import multiprocessing
+
+    parent = duck.connect()
+    parent.execute("CREATE TABLE parent_mark AS SELECT 1 AS v")  # in the shared database (the engine makes none)
+    try:
+        ctx = multiprocessing.get_context("fork")
+        q = ctx.Queue()
+        p = ctx.Process(target=_child_query, args=(q,))
+        p.start()
+        got = q.get(timeout=300)  # a deadlock guard, not a speed limit
+        p.join(timeout=300)
+        assert (got, p.exitcode) == ((6, 0), 0)  # the child's database does not hold the parent's table
+        assert duck.connect().execute("SELECT count(*) FROM parent_mark").fetchone()[0] == 1
+    finally:
+        parent.execute("DROP TABLE parent_mark")
