@@ -1,12 +1,13 @@
-"""CPU of writing each Parquet file a fetch+parse task leaves, under other writer options.
+"""CPU of writing (and reading) each kind of Parquet file a round leaves, under other writer options.
 
 Why: the session-7 question "which writer options pay for which file". One round of a simulated web
 runs as in ``bench/worker_cpu_profile.py`` (HTML pages over many hosts, delay 0, 4 partitions, the
 embedded Dask cluster); then every Parquet file of one kind the round left (a partition's fetched,
 pages, raw links, text files; a shard's CrawlDb delta, ...) is read back and written again in this
 process with each option set (``pq.write_table`` into memory, as ``Store.write_table`` does), best
-of ``--reps`` (``time.process_time``). Prints µs per page of the round (all files of the kind) and
-the bytes; every variant's table read back must equal the table written.
+of ``--reps`` (``time.process_time``), and read back whole (``pq.read_table``, as the next step
+reads them). Prints µs per page of the round (all files of the kind) and the bytes; every
+variant's table read back must equal the table written.
 
     python bench/parquet_opts_bench.py [--hosts 300] [--pages 5000] [--reps 5]
 """
@@ -91,7 +92,7 @@ def main() -> None:
         n = len(urls)
         print(f"# {n} pages; " + ", ".join(f"{k}: {len(v)} files, {sum(pq.read_metadata(f).num_rows for f in v)} rows"
                                            for k, v in files.items()))
-        print("| file kind | variant | µs per page | KB |\n|---|---|---|---|")
+        print("| file kind | variant | write µs per page | read µs per page | KB |\n|---|---|---|---|---|")
         only = set(filter(None, args.only.split(",")))
         for kind, paths in files.items():
             if only and kind not in only:
@@ -104,13 +105,20 @@ def main() -> None:
                     back = pq.read_table(pa.BufferReader(data))
                     assert back.equals(table), (kind, name)
                     size += len(data)
-                best = float("inf")
+                best = read = float("inf")
+                datas = [pa.BufferReader(write(table, opts)) for table in tables]
                 for _ in range(args.reps):
                     c = time.process_time()
                     for table in tables:
                         write(table, opts)
                     best = min(best, time.process_time() - c)
-                print(f"| {kind} | {name} | {1e6 * best / n:.2f} | {size / 1024:.0f} |", flush=True)
+                    c = time.process_time()
+                    for d in datas:
+                        d.seek(0)
+                        pq.read_table(d)
+                    read = min(read, time.process_time() - c)
+                print(f"| {kind} | {name} | {1e6 * best / n:.2f} | {1e6 * read / n:.2f} | {size / 1024:.0f} |",
+                      flush=True)
 
 
 if __name__ == "__main__":

@@ -175,7 +175,7 @@ def _generate(cfg: CrawlConfig, now: datetime | None) -> dict[str, Any]:
     for k, t in enumerate(parts):
         rel = store.part_file(n, "fetchlist", k)
         if t.num_rows:
-            store.write_table(rel, t)
+            store.write_table(rel, t, scratch=True)
             paths.append(rel)
     stats = {
         "round": n, "now": now.isoformat(), "urls": selected.num_rows, "fresh": frontier.fresh_count(selected),

@@ -64,10 +64,11 @@ def parquet_options(table: pa.Table, scratch: bool = False) -> dict[str, Any]:
     """``pq.write_table`` options of a file of ``table``: no dictionary for :data:`UNIQUE_COLUMNS`;
     outputs users query (page index, text, links, ...) zstd with column statistics; ``scratch``
     files (a round's working files, each read whole once or twice by a later step: a partition's
-    fetched/pages/raw links/robots/sitemaps files, update's shard files, the CrawlDb delta, fetch
-    checkpoints) Snappy without statistics -- nobody prunes row groups of a file read whole, and
-    Snappy wrote them in ~60 % of zstd's CPU for ~1.4x the bytes (bench/RESULTS.md, "Output writes
-    (session 7, helper writers)"). The values read back are the same either way."""
+    fetch list and its fetched/pages/raw links/robots/sitemaps files, update's shard files, the
+    CrawlDb delta, fetch checkpoints) Snappy without statistics -- nobody prunes row groups of a file
+    read whole, and Snappy wrote them in ~55 % of zstd's CPU and read them in ~75 %, for ~1.3x the
+    bytes (bench/RESULTS.md, "Output writes (session 7, helper writers)"). The values read back are
+    the same either way."""
     opts: dict[str, Any] = {"compression": "snappy" if scratch else "zstd",
                             "use_dictionary": [c for c in table.column_names if c not in UNIQUE_COLUMNS]}
     if scratch:

@@ -15,12 +15,12 @@ from hypothesis import strategies as st
 from crawl import crawldb
 from crawl.checkpoint import CKPT_FETCH_SCHEMA
 from crawl.index import INDEX_SCHEMA, LINKS_SCHEMA, TEXT_SCHEMA
-from crawl.records import FETCH_SCHEMA, LINK_SCHEMA, PAGE_PART_SCHEMA, SITEMAP_SCHEMA
+from crawl.records import FETCH_SCHEMA, FETCHLIST_SCHEMA, LINK_SCHEMA, PAGE_PART_SCHEMA, SITEMAP_SCHEMA
 from crawl.store import UNIQUE_COLUMNS, Store
 from crawl.update import DUP_INFO_SCHEMA, FETCH_UPDATE_SCHEMA
 
 SCHEMAS = {
-    "fetched": FETCH_SCHEMA, "checkpoint": CKPT_FETCH_SCHEMA, "pages": PAGE_PART_SCHEMA, "rawlinks": LINK_SCHEMA,
+    "fetchlist": FETCHLIST_SCHEMA, "fetched": FETCH_SCHEMA, "checkpoint": CKPT_FETCH_SCHEMA, "pages": PAGE_PART_SCHEMA, "rawlinks": LINK_SCHEMA,
     "sitemaps": SITEMAP_SCHEMA, "update_fetch": FETCH_UPDATE_SCHEMA, "dupinfo": DUP_INFO_SCHEMA,
     "delta": crawldb.CRAWLDB_SCHEMA, "text": TEXT_SCHEMA, "index": INDEX_SCHEMA, "links": LINKS_SCHEMA,
 }
