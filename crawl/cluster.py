@@ -85,12 +85,19 @@ def check_run_dask_address(value: str | None, environ: Mapping[str, str] | None 
 
 
 @contextlib.contextmanager
-def dask_client(cfg: CrawlConfig, announce: Callable[[str], None] | None = None) -> Iterator[object]:
+def dask_client(cfg: CrawlConfig, announce: Callable[[str], None] | None = None,
+                wait_for_embedded_workers: bool = True) -> Iterator[object]:
     """Yield a ``distributed.Client``; an embedded cluster lives only for the block.
 
     The embedded cluster serves Dask's dashboard (task stream, worker memory and CPU) on
     127.0.0.1:``dask_dashboard_port`` (0 = a free port) unless ``dask_dashboard`` is off; ``announce``
     gets its URL (``crawl run`` prints it). Distributed serves it only when bokeh is installed.
+
+    ``wait_for_embedded_workers=False`` yields as soon as the embedded scheduler runs, while its workers
+    are still being forked: tasks submitted meanwhile wait on the scheduler for them. ``crawl run`` does
+    that so its inject and generate overlap the forkserver's preload (:func:`start_forkserver`); a
+    worker that cannot start then fails the round after ``dask_wait_for_workers_s``
+    (:func:`wait_all`) instead of at once.
     """
     import dask
     from distributed import Client, LocalCluster
@@ -116,10 +123,15 @@ def dask_client(cfg: CrawlConfig, announce: Callable[[str], None] | None = None)
     # fresh interpreter started by multiprocessing, see EMBEDDED_WORKER_CONFIG). The Airflow layer runs
     # the engine in a plain ``python -m crawl`` subprocess (see dags/recrawl.py), never inside an
     # ``airflow`` entry point that a new interpreter would re-run.
-    with dask.config.set(EMBEDDED_WORKER_CONFIG):  # each Nanny hands its config to its worker process
+    # The settings stay for the cluster's life, not just its construction: a Nanny reads the start method
+    # and the spawn environment when it (re)starts its worker process, which with
+    # wait_for_embedded_workers=False, or after a worker died, happens after LocalCluster() returned.
+    with contextlib.ExitStack() as stack:
+        stack.callback(stop_forkserver)  # last: after the cluster's close, also when its start failed
+        stack.enter_context(dask.config.set(EMBEDDED_WORKER_CONFIG))  # each Nanny hands it to its worker
         _forkserver_preload()
         cluster = LocalCluster(
-            n_workers=cfg.dask_workers,
+            n_workers=cfg.dask_workers if wait_for_embedded_workers else 0,
             threads_per_worker=1,
             processes=True,
             # The scheduler runs an HTTP server (health, metrics) even without the dashboard, on 8787 by
@@ -133,29 +145,50 @@ def dask_client(cfg: CrawlConfig, announce: Callable[[str], None] | None = None)
             # (crawl.warmup: seconds before the first request and in the close, at a few thousand pages)
             preload=["crawl.warmup"],
         )
-    client = Client(cluster)
-    _announce(client, cfg, announce)
-    try:
+        stack.callback(cluster.close)
+        client = stack.enter_context(Client(cluster))  # closed first; waits for the cluster's workers
+        if not wait_for_embedded_workers:  # none yet: add them now, without waiting (Client() would)
+            cluster.scale(cfg.dask_workers)  # returns at once; the scheduler's loop starts the Nannies
+        _announce(client, cfg, announce)
         yield client
-    finally:
-        client.close()
-        cluster.close()
-        _stop_forkserver()
+
+
+#: What the embedded cluster's forkserver imports before it forks a worker (:mod:`crawl.forkserver`).
+FORKSERVER_PRELOAD = ["distributed", "crawl.forkserver"]
+
+
+def start_forkserver(cfg: CrawlConfig) -> None:
+    """Start the embedded cluster's forkserver now, when ``cfg`` will use one (no ``dask_address``), so its
+    preload (distributed, the task modules, the fingerprint kernel, pandas: ~1.4 s of CPU in a fresh
+    process) runs on the other core while this process imports its own modules and builds the cluster.
+    :func:`dask_client` then finds it running; without this call it starts it itself. Cheap
+    (multiprocessing only); stop it with :func:`stop_forkserver` if no cluster follows."""
+    if cfg.dask_address:
+        return
+    import multiprocessing
+    from multiprocessing import forkserver
+
+    multiprocessing.get_context("forkserver").set_forkserver_preload(FORKSERVER_PRELOAD)
+    forkserver.ensure_running()  # spawns it and returns; a worker's fork waits for the preload
 
 
 def _forkserver_preload() -> None:
     """Have the forkserver import :mod:`crawl.forkserver` (the task modules, the fingerprint kernel) before
-    it forks the first worker. Called in the embedded config block: distributed's own choice of preload
-    (``get_mp_context``, once per process) is made first, then replaced by ours."""
+    it forks the first worker, and start it. Called in the embedded config block: distributed's own choice
+    of preload (``get_mp_context``, once per process) is made first, then replaced by ours; a forkserver
+    already started by :func:`start_forkserver` keeps running."""
     import dask
     from distributed.utils import get_mp_context
 
     ctx = get_mp_context()
     if dask.config.get("distributed.worker.multiprocessing-method") == "forkserver":
-        ctx.set_forkserver_preload(["distributed", "crawl.forkserver"])
+        ctx.set_forkserver_preload(FORKSERVER_PRELOAD)
+        from multiprocessing import forkserver
+
+        forkserver.ensure_running()  # the preload starts before the scheduler does, not after it
 
 
-def _stop_forkserver() -> None:
+def stop_forkserver() -> None:
     """Stop the forkserver once its workers are gone and wait for it, so its CPU (and its workers',
     which it reaps) counts as this process's children's, as the spawned workers' did (the benchmarks read
     ``RUSAGE_CHILDREN``), and a later cluster in this process starts a fresh one with the preload."""

@@ -218,9 +218,6 @@ def _fetch_parse(cfg: CrawlConfig, round_no: int, now: datetime | None, progress
     results: list[dict[str, Any]] = []
     dashboard = ""
     if parts:
-        from crawl.warmup import warm_driver
-
-        warm_driver()  # update's and reprioritise's imports, while this process only waits on the workers
         if client is None:
             from crawl.cluster import dashboard_url, dask_client
 
@@ -268,11 +265,13 @@ def _run_parts(client: Any, cfg: CrawlConfig, round_no: int, parts: list[int], n
     errors apart, so the driver decides. A worker lost mid-task is Dask's business (the task is
     rescheduled on another worker) and is not counted here.
     """
-    from crawl.cluster import wait_all
+    from crawl.cluster import wait_all, wait_for_workers
     from crawl.render import check_browser_workers, render_enabled
+    from crawl.warmup import warm_driver
 
     render = render_enabled(cfg)
     if render:
+        wait_for_workers(client, cfg)  # an embedded cluster may still be starting them (crawl run)
         check_browser_workers(client)
     rendered = _render_parts(cfg, round_no, parts) if render else set()
     futures: dict[Any, tuple[int, Any, Any, int]] = {}
@@ -300,6 +299,10 @@ def _run_parts(client: Any, cfg: CrawlConfig, round_no: int, parts: list[int], n
 
     for k in parts:
         submit(k, 0)
+    # update's and reprioritise's imports, while this process only waits on the workers: once one is up,
+    # not before (an embedded cluster's forkserver may still be preloading their modules on the other core:
+    # crawl.cluster.start_forkserver), and after the submits (imports hold the GIL)
+    warm_driver(lambda: client.wait_for_workers(1, timeout=cfg.dask_wait_for_workers_s))
     out: list[dict[str, Any]] = []
 
     def done(fut: Any) -> list[Any]:

@@ -34,10 +34,12 @@ competes with the workers.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import gc
 import importlib
 import os
 import threading
+from collections.abc import Callable
 from typing import Any
 
 #: What a fetch or parse task imports on a worker (crawl.tasks imports them lazily, per task).
@@ -100,15 +102,24 @@ def import_driver_modules() -> None:
     _extractor()
 
 
-def warm_driver() -> threading.Thread:
+def warm_driver(after: Callable[[], object] | None = None) -> threading.Thread:
     """Start :func:`import_driver_modules` in a background thread, once per process (``crawl.round``
     calls it as a round's fetch+parse starts: the driver then only waits on the workers, and the
-    simulated web or the network leaves CPU idle while both workers fetch)."""
+    simulated web or the network leaves CPU idle while both workers fetch). The thread first calls
+    ``after`` (its errors ignored): ``crawl.round`` waits there for a worker, so that on an embedded
+    cluster still starting the imports do not compete with its forkserver's (``crawl run``)."""
     global _driver_warm
     if _driver_warm is None:
-        _driver_warm = threading.Thread(target=import_driver_modules, name="crawl-driver-warmup", daemon=True)
+        _driver_warm = threading.Thread(target=_warm_after, args=(after,), name="crawl-driver-warmup", daemon=True)
         _driver_warm.start()
     return _driver_warm
+
+
+def _warm_after(after: Callable[[], object] | None) -> None:
+    if after is not None:
+        with contextlib.suppress(Exception):
+            after()
+    import_driver_modules()
 
 
 def dask_setup(worker: Any = None) -> None:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import os
 
+import pytest
+
 from crawl.cluster import EMBEDDED_WORKER_CONFIG, dask_client
 from crawl.config import load_config
 
@@ -19,11 +21,14 @@ def _worker_settings(keys: list[str]) -> dict[str, object]:
     return {k: dask.config.get(k) for k in keys} | {"pid": os.getpid(), "environ": dict(os.environ)}
 
 
-def test_embedded_workers_run_with_fewer_timers(tmp_path):
+@pytest.mark.parametrize("wait", [True, False], ids=["workers-started-in-LocalCluster", "workers-added-after"])
+def test_embedded_workers_run_with_fewer_timers(tmp_path, wait):
+    """Also for workers the cluster starts after it was handed out (``crawl run``: no wait for them)."""
     cfg = load_config(overrides={"root": str(tmp_path / "root"), "crawl_id": "t", "dask_workers": 1,
                                  "dask_dashboard": False}, use_env=False)
     keys = list(EMBEDDED_WORKER_CONFIG)
-    with dask_client(cfg) as client:
+    with dask_client(cfg, wait_for_embedded_workers=wait) as client:
+        client.wait_for_workers(1, timeout=120)
         got = list(client.run(_worker_settings, keys).values())
     assert len(got) == 1 and got[0]["pid"] != os.getpid()  # a separate worker process
     assert {k: got[0][k] for k in keys} == {

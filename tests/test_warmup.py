@@ -130,3 +130,35 @@ def _alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     return True
+
+
+def test_crawl_runs_cluster_forks_from_a_forkserver_started_early_and_yields_before_its_workers() -> None:
+    """``crawl run`` starts the forkserver first (crawl.cluster.start_forkserver) and enters its cluster
+    without waiting for the workers (inject and generate overlap the forkserver's preload): the client
+    comes back with no worker yet, a task submitted then runs once they are up, every worker is forked
+    by that same forkserver (preloaded and frozen), and the forkserver ends with the cluster."""
+    import multiprocessing.forkserver as fs
+
+    from crawl.cluster import dask_client, start_forkserver
+
+    cfg = load_config(overrides={"dask_workers": 2, "dask_dashboard": False}, use_env=False)
+    start_forkserver(cfg)
+    pid = fs._forkserver._forkserver_pid  # type: ignore[attr-defined]
+    assert pid is not None and _alive(pid)
+    with dask_client(cfg, wait_for_embedded_workers=False) as client:
+        # the forkserver is still importing (~1 s of CPU): no worker can have joined yet
+        assert client.scheduler_info()["workers"] == {}
+        assert client.submit(_forked_from_the_forkserver, pure=False).result(timeout=120) == (True, pid)
+        client.wait_for_workers(2, timeout=120)
+        assert list(client.run(_forked_from_the_forkserver).values()) == [(True, pid)] * 2
+    assert not _alive(pid)
+
+
+def test_an_external_scheduler_starts_no_forkserver() -> None:
+    import multiprocessing.forkserver as fs
+
+    from crawl.cluster import start_forkserver
+
+    before = fs._forkserver._forkserver_pid  # type: ignore[attr-defined]
+    start_forkserver(load_config(overrides={"dask_address": "tcp://127.0.0.1:1"}, use_env=False))
+    assert fs._forkserver._forkserver_pid == before  # type: ignore[attr-defined]
