@@ -19,8 +19,10 @@ WORKDIR /opt/recrawl
 COPY requirements.txt requirements.lock ./
 RUN pip install -r requirements.txt -c requirements.lock
 
+# /opt/airflow/numba-cache: NUMBA_CACHE_DIR of docker-compose.yaml, made here and owned by the airflow user
+# so the named volume mounted on it starts out writable (compose copies the image's directory into a new volume).
 RUN useradd --create-home --uid 50000 --gid 0 airflow \
- && mkdir -p /opt/airflow/logs /opt/airflow/auth \
+ && mkdir -p /opt/airflow/logs /opt/airflow/auth /opt/airflow/numba-cache \
  && chown -R 50000:0 /opt/airflow
 
 COPY pyproject.toml ./

@@ -273,6 +273,43 @@ def test_dockerfile_installs_the_lock_and_copies_the_code() -> None:
     assert ".venv" in ignored and ".git" in ignored and "crawldata" in ignored
 
 
+def test_compiled_kernel_cache_is_on_a_named_volume(compose: dict, services: dict) -> None:
+    """Every service that runs engine code (Airflow's tasks run in its containers with the LocalExecutor,
+    the Dask workers run fetch and parse) keeps numba's cache of parse's compiled kernel (NUMBA_CACHE_DIR)
+    on a named volume, so a fresh container loads it instead of compiling it again; the image makes that
+    directory owned by the airflow user, so compose creates the volume writable for it."""
+    declared = set(compose.get("volumes") or {})
+    dirs = set()
+    for name in (*AIRFLOW_SERVICES, *DASK_WORKERS):
+        path = _env(services[name]).get("NUMBA_CACHE_DIR")
+        assert path, f"{name}: no NUMBA_CACHE_DIR"
+        mounts = {str(v).split(":")[1]: str(v).split(":")[0] for v in services[name].get("volumes", [])}
+        assert mounts.get(path) in declared, f"{name}: {path} is not on a named volume"
+        dirs.add(path)
+    assert len(dirs) == 1, dirs  # one cache for all: the same image, the same code
+    text = DOCKERFILE.read_text(encoding="utf-8")
+    owned = re.search(r"mkdir -p ([^\n&]+)&& chown -R 50000:0 (\S+)", text.replace("\\\n", ""))
+    assert owned and dirs <= set(owned.group(1).split()), "the image does not make the cache directory"
+    assert all(d.startswith(owned.group(2) + "/") or d == owned.group(2) for d in dirs), "not the airflow user's"
+
+
+def test_the_kernel_cache_honours_numba_cache_dir(tmp_path: Path) -> None:
+    """What the compose setting relies on: with NUMBA_CACHE_DIR set, the first process writes the compiled
+    kernel there and a second process loads it from there (its cache files are not written again)."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "cache"), "PYTHONPATH": str(REPO)}
+    code = "from crawl.fingerprint import warm_up; warm_up()"
+    subprocess.run([sys.executable, "-c", code], env=env, check=True, timeout=600)
+    written = {p: p.stat().st_mtime_ns for p in (tmp_path / "cache").rglob("*") if p.suffix in (".nbi", ".nbc")}
+    assert any(p.name.startswith("fingerprint_kernel") and p.suffix == ".nbc" for p in written), sorted(written)
+    subprocess.run([sys.executable, "-c", code], env=env, check=True, timeout=600)
+    again = {p: p.stat().st_mtime_ns for p in (tmp_path / "cache").rglob("*") if p.suffix in (".nbi", ".nbc")}
+    assert again == written  # loaded, not compiled and saved again
+
+
 # ---- deployment defaults ------------------------------------------------------------------------------
 
 def test_refuses_to_start_without_each_secret(raw_compose: dict) -> None:
