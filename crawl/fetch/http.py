@@ -160,7 +160,9 @@ class _Bound:
         self.task = task
         self.waiting = True  # on the network (connect, send, answer, body): the bound may cancel it
         self.fired = False  # the bound ran out and cancelled the request
-        self.cancelling = 0  # the task's cancel requests before ours (asyncio.Task.cancelling)
+        # the task's cancel requests when the request started (asyncio.Task.cancelling): more than
+        # that after ours is undone means someone else cancelled it too (as aiohttp's TimerContext)
+        self.cancelling = task.cancelling()
 
 
 class _TotalBounds:
@@ -229,7 +231,6 @@ class _TotalBounds:
             del live[n]
             if b.waiting and not b.task.done():
                 b.fired = True
-                b.cancelling = b.task.cancelling()
                 b.task.cancel()
 
     def close(self) -> None:
