@@ -32,7 +32,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from types import TracebackType
-from typing import IO
+from typing import IO, NamedTuple
 
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
@@ -55,9 +55,9 @@ _RECORD_BUFFER_MAX = 4 << 20  # largest record laid out in a file's reused buffe
 _RENAMED_HEADERS = frozenset({"content-encoding", "transfer-encoding", "content-length"})
 
 
-@dataclass(frozen=True)
-class RecordRef:
-    """Where a record landed: the byte range of its gzip member in the final file."""
+class RecordRef(NamedTuple):
+    """Where a record landed: the byte range of its gzip member in the final file. (A named tuple:
+    made twice a page on the fetch's WARC writer thread, 0.5 µs against a frozen dataclass's 1.6.)"""
 
     offset: int
     length: int
