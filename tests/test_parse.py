@@ -726,3 +726,28 @@ def test_three_words_check_is_str_split(text: str) -> None:
     from crawl.parse import _THREE_WORDS
 
     assert (_THREE_WORDS.match(text) is not None) == (len(text.split(None, 3)) >= 3)
+
+
+def test_resolve_many_on_wpt_urltestdata() -> None:
+    """The WHATWG URL test data (tests/data/conformance, http(s) cases) in one resolve_many call: each
+    answer is the test data's href (None for failures and other schemes); and every input against
+    every base, in runs of one base, gives resolve's answer per pair."""
+    import json
+    from pathlib import Path
+
+    from crawl.url.links import resolve, resolve_many
+
+    cases = json.loads((Path(__file__).parent / "data/conformance/url_resolve_cases.json").read_text("utf-8"))
+    cases = [c for c in cases if c["source"].startswith("web-platform-tests")]
+    want = [None if c["failure"] or not c["href"].startswith(("http://", "https://")) else c["href"] for c in cases]
+    got = resolve_many([c["input"] for c in cases], [c["base"] for c in cases]).to_pylist()
+    bad = [(c["input"], c["base"], g, w) for c, g, w in zip(cases, got, want, strict=True) if g != w]
+    assert len(cases) > 400 and sum(w is not None for w in want) > 150 and not bad, bad[:5]
+    inputs = sorted({c["input"] for c in cases} | {"../../../x", "./../y", "//cdn.h/z", "//Cdn.H:80/z", "/r"})
+    bases = sorted({c["base"] for c in cases if c["base"]}
+                   | {"http://h/a/b/c.html", "https://H.test:8443/x/y/", "http://h:99999/a/b", "http://h//a/"})
+    hrefs = inputs * len(bases)
+    row_bases = [b for b in bases for _ in inputs]
+    got = resolve_many(hrefs, row_bases).to_pylist()
+    bad = [(h, b, g) for h, b, g in zip(hrefs, row_bases, got, strict=True) if g != resolve(h, b)]
+    assert not bad, bad[:5]
