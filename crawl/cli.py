@@ -27,7 +27,6 @@ from crawl.config import (
     load_config,
 )
 from crawl.errors import ClusterError, LeaseHeld, LeaseLost, PartitionFailed, SeedError
-from crawl.progress import make_progress
 
 EXIT_LEASE = 3
 EXIT_CLUSTER = 4
@@ -176,6 +175,8 @@ def _dispatch(args: argparse.Namespace, cfg: CrawlConfig) -> int:
     if args.cmd == "inject":
         print(json.dumps(rnd.inject(cfg, args.seeds)))
     elif args.cmd == "round":
+        from crawl.progress import make_progress
+
         with make_progress() as progress:
             summary = rnd.run_round(cfg, args.seeds, _now(args.now), progress=progress)
         summary["report"] = rnd.report(cfg, summary["round"])["path"]
@@ -293,6 +294,7 @@ def _run_rounds(cfg: CrawlConfig, args: argparse.Namespace) -> int:
     from crawl import round as rnd
     from crawl.cluster import dask_client
     from crawl.lease import held
+    from crawl.progress import make_progress
 
     start = _now(args.now) if args.now else None
     totals = {"fetched": 0, "new_urls": 0, "duplicates": 0, "near_duplicates": 0, "errors": 0, "seconds": 0.0}

@@ -16,11 +16,17 @@ URL filter tests check that on adversarial hosts.
 from __future__ import annotations
 
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
-import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
 import re2
+
+if TYPE_CHECKING:
+    import numpy as np
+    import pyarrow as pa
+
+# numpy and pyarrow are imported by hosts_allowed only: crawl.config validates allowed_hosts with
+# compile_allowed_hosts as every command starts, and `crawl run` starts its cluster's forkserver right
+# after that (crawl.cluster.start_forkserver), ~0.1 s sooner without them.
 
 MAX_PATTERN_LENGTH = 1000  # a host scope longer than this is a mistake, not a need
 _MAX_MEM = 8 << 20  # RE2's compiled-program budget; bigger patterns are refused, not run
@@ -67,6 +73,10 @@ def host_allowed(host: str, pattern: str) -> bool:
 
 def hosts_allowed(hosts: pa.Array, pattern: str) -> np.ndarray:
     """:func:`host_allowed` for every host of a string column (null = not allowed), as a bool array."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
     if compile_allowed_hosts(pattern) is None:
         return np.ones(len(hosts), bool)
     try:
