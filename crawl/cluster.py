@@ -170,7 +170,18 @@ def start_forkserver(cfg: CrawlConfig) -> None:
     from multiprocessing import forkserver
 
     multiprocessing.get_context("forkserver").set_forkserver_preload(FORKSERVER_PRELOAD)
+    _pre_spawn_environ()
     forkserver.ensure_running()  # spawns it and returns; a worker's fork waits for the preload
+
+
+def _pre_spawn_environ() -> None:
+    """Put the embedded workers' pre-spawn environment (EMBEDDED_WORKER_CONFIG: one OpenMP/BLAS thread)
+    in this process's environment before the forkserver is spawned, as a Nanny does before it starts a
+    worker process: a forked worker has the forkserver's environment, and the math libraries the
+    forkserver loads (NumPy's OpenBLAS) read their thread counts there. (The Nanny's PYTHONHASHSEED is
+    for one hash seed across workers; workers forked from one forkserver share its seed anyway.)"""
+    for key, value in EMBEDDED_WORKER_CONFIG["distributed.nanny.pre-spawn-environ"].items():
+        os.environ[key] = str(value)
 
 
 def _forkserver_preload() -> None:
@@ -186,6 +197,7 @@ def _forkserver_preload() -> None:
         ctx.set_forkserver_preload(FORKSERVER_PRELOAD)
         from multiprocessing import forkserver
 
+        _pre_spawn_environ()
         forkserver.ensure_running()  # the preload starts before the scheduler does, not after it
 
 

@@ -44,3 +44,27 @@ def test_embedded_workers_run_with_fewer_timers(tmp_path, wait):
     env = got[0]["environ"]
     assert "MALLOC_TRIM_THRESHOLD_" not in env
     assert [env.get(v) for v in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")] == ["1", "1", "1"]
+
+
+def test_forked_workers_load_one_blas_thread_without_the_callers_variables(tmp_path):
+    """The forkserver is spawned before any Nanny puts distributed's pre-spawn environment in place, and
+    forked workers keep the forkserver's environment and the math libraries it loaded: crawl.cluster puts
+    the one-thread variables there first. In a fresh process whose environment has none of them."""
+    import subprocess
+    import sys
+
+    code = (
+        "from crawl.cluster import dask_client\n"
+        "from crawl.config import load_config\n"
+        "def blas():\n"
+        "    import threadpoolctl\n"
+        "    return sorted({d['num_threads'] for d in threadpoolctl.threadpool_info() if d['user_api'] == 'blas'})\n"
+        "cfg = load_config(overrides={'dask_workers': 1, 'dask_dashboard': False}, use_env=False)\n"
+        "with dask_client(cfg) as client:\n"
+        "    print(list(client.run(blas).values()))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env,
+                         cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split("\n")[-2] == "[[1]]", (out.stdout, os.cpu_count())
