@@ -23,6 +23,12 @@ crawling (``bench/RESULTS.md``, "Fixed costs of a whole run"):
   relies on that collection: files and WARC writers are closed explicitly, results are stored
   before a task returns.
 
+- NumPy asks the kernel for transparent huge pages for every array of 4 MB or more; parse's text
+  column buffer (~150 MB a partition, a fresh mapping each time) then paid 5-430 ms of system time per
+  partition in huge-page faults, erratically (whole ``parse_bodies`` 0.396 vs 0.372 ms/page mean, max
+  0.51 vs 0.40, bench/RESULTS.md "Parse walk and links (session 7)"): :func:`no_numpy_hugepages`, in
+  every process that runs tasks (ordinary 4 KB pages; ``NUMPY_MADVISE_HUGEPAGE`` set by the user wins);
+
 - the driver imported SciPy, scikit-learn, tldextract and pyarrow.dataset inside the first round's update and
   reprioritise, where nothing else runs; :func:`warm_driver` imports them while the workers fetch.
 
@@ -73,6 +79,17 @@ def single_threaded_math() -> None:
     threadpool_limits(1)
 
 
+def no_numpy_hugepages() -> None:
+    """No ``madvise(MADV_HUGEPAGE)`` from NumPy for the arrays this process allocates, unless the
+    environment says ``NUMPY_MADVISE_HUGEPAGE`` (NumPy's own switch, read at its import; this is the
+    runtime form its documentation names). Process-wide; a forkserver's setting is its workers'."""
+    if "NUMPY_MADVISE_HUGEPAGE" in os.environ:
+        return
+    from numpy._core.multiarray import _set_madvise_hugepage
+
+    _set_madvise_hugepage(False)
+
+
 def skip_final_gc() -> None:
     """At interpreter exit (after the other exit handlers), freeze every object so the final
     garbage collection skips them. Idempotent."""
@@ -85,7 +102,9 @@ def skip_final_gc() -> None:
 def import_task_modules() -> None:
     """Import what a fetch or parse task needs (a task that arrives meanwhile waits on the import lock),
     then load parse's compiled fingerprint kernel (:func:`crawl.fingerprint.warm_up`: numba's import
-    and its on-disk cache, ~1 s of CPU in a fresh process, a few seconds when it must compile)."""
+    and its on-disk cache, ~1 s of CPU in a fresh process, a few seconds when it must compile). Also
+    turns NumPy's huge-page requests off (:func:`no_numpy_hugepages`)."""
+    no_numpy_hugepages()
     for name in TASK_MODULES:
         importlib.import_module(name)
     from crawl.fingerprint import warm_up

@@ -33,9 +33,20 @@ def test_embedded_workers_import_the_task_modules_before_any_task() -> None:
         while time.monotonic() < deadline and not next(iter(client.run(_kernel_signatures).values())):
             time.sleep(0.2)
         assert next(iter(client.run(_kernel_signatures).values())) >= 1
+        # NumPy asks for no transparent huge pages there (crawl.warmup.no_numpy_hugepages)
+        assert client.run(_numpy_hugepages) == {w: False for w in client.run(_numpy_hugepages)}
         # the exit hook is in place on the worker: its atexit handlers, run by hand, freeze the heap
         frozen = client.run(_run_exit_handlers_and_count_frozen)
         assert all(n > 0 for n in frozen.values()), frozen
+
+
+def _numpy_hugepages() -> bool:
+    """Whether NumPy madvises huge pages in this process (read by setting it back as it was)."""
+    from numpy._core.multiarray import _set_madvise_hugepage
+
+    on = _set_madvise_hugepage(False)
+    _set_madvise_hugepage(on)
+    return bool(on)
 
 
 def _kernel_signatures() -> int:
