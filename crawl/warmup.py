@@ -85,8 +85,10 @@ def no_numpy_hugepages() -> None:
     runtime form its documentation names). Process-wide; a forkserver's setting is its workers'."""
     if "NUMPY_MADVISE_HUGEPAGE" in os.environ:
         return
-    from numpy._core.multiarray import _set_madvise_hugepage
-
+    try:  # NumPy 2 (the lock's); an older or newer NumPy without it keeps its default
+        from numpy._core.multiarray import _set_madvise_hugepage
+    except ImportError:
+        return
     _set_madvise_hugepage(False)
 
 
