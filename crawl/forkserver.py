@@ -1,4 +1,5 @@
-"""Imported once by the embedded cluster's forkserver (:func:`crawl.cluster.dask_client`): the task
+"""Imported once by the embedded cluster's forkserver (:func:`crawl.cluster.dask_client`; ``crawl run`` starts
+it before anything else, :func:`crawl.cluster.start_forkserver`): the task
 modules and parse's compiled fingerprint kernel are loaded there, before any worker is forked, so every
 worker starts with them instead of importing and loading them itself (:mod:`crawl.warmup`).
 
