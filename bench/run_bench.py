@@ -124,6 +124,8 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--baseline-rev", default="", help="also run crawl/ of this git revision, alternated")
     ap.add_argument("--extra", default="", help="extra crawl run arguments (space separated), both sides")
+    ap.add_argument("--current-extra", default="", help="extra crawl run arguments of the current side only "
+                                                        "(e.g. a setting against the baseline's default)")
     ap.add_argument("--json", help="write every run's figures here")
     ap.add_argument("--wrap", default="", help="a command the crawl run runs under (e.g. 'py-spy record -o F --')")
     ap.add_argument("--keep", action="store_true", help="keep the crawl roots and access logs")
@@ -141,7 +143,8 @@ def main() -> None:
         for rep in range(args.reps):
             for name, tree in (sides if rep % 2 == 0 else sides[::-1]):
                 r = run_once(tree, seeds, args.hosts, args.seed, args.rounds, args.max_pages, args.per_host,
-                             work / f"{name}-{rep}", args.extra.split(),
+                             work / f"{name}-{rep}",
+                             args.extra.split() + (args.current_extra.split() if name == "current" else []),
                              args.py_args.split(), tuple(args.wrap.split()))
                 r["load"] = round(os.getloadavg()[0], 1)
                 lines = r.pop("lines")
@@ -149,6 +152,8 @@ def main() -> None:
                     print("\n".join(f"  {t:7.2f} {ln}" for t, ln in lines if "pages/s, ETA" not in ln))
                 runs[name].append(r)
                 print(f"{name} rep {rep + 1}: {json.dumps(r)}", flush=True)
+                if args.keep and args.show_lines:  # for a timeline of the kept access log against the steps
+                    (work / f"{name}-{rep}" / "lines.txt").write_text("".join(f"{t:.3f} {ln}\n" for t, ln in lines))
                 if not args.keep:
                     shutil.rmtree(work / f"{name}-{rep}", ignore_errors=True)
     finally:

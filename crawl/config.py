@@ -238,7 +238,7 @@ class CrawlConfig:
     coverage_share: float = setting_default("coverage_share")
     schedule_policy: str = "default"  # default | estimator | nutch | uniform | oracle (crawl.schedule)
     oracle_rates_path: str = ""  # Parquet (url, change_rate per day) for the oracle policy (benchmarks)
-    partitions: int = 8
+    partitions: int = 2  # one fetch task per worker: see include/config/crawl.yaml
     url_shards: int = 4
     # reprioritise work that grows with the whole crawl runs every N rounds (crawl.schedule); in between,
     # rows keep their importance (new URLs get one PageRank step over the round's own links) and the
