@@ -183,6 +183,7 @@ class _Fetcher(_Scheduling, _HttpCalls, _Outcomes, _RobotsFetch, _SitemapFetch, 
         self.hold_left = 0
         # called with (row, url, content type, headers, payload) of each held document (fetch_partition's on_hold)
         self.on_hold: Callable[[int, str, str | None, list[tuple[str, str]], bytes], None] | None = None
+        self.last_contact_unix: float | None = None  # an earlier task's last contact (fetch_partition)
 
     # -- may we go on? (lease fencing / scheduler connection, see crawl.tasks.may_continue) -----
     def _watch(self, loop: asyncio.AbstractEventLoop, done: threading.Event) -> None:
@@ -318,6 +319,7 @@ class _Fetcher(_Scheduling, _HttpCalls, _Outcomes, _RobotsFetch, _SitemapFetch, 
                                              connect=cfg.connect_timeout_s, sock_read=cfg.read_timeout_s)
         self.bounds = _TotalBounds(cfg.total_timeout_s)
         self.build_slots(await self._politeness_keys())
+        self.after_earlier_contact(self.last_contact_unix)
         done = threading.Event()
         if self.should_continue is not None:
             threading.Thread(target=self._watch, args=(asyncio.get_running_loop(), done),
@@ -481,6 +483,7 @@ def fetch_partition(
     resume: Resume | None = None,
     hold_bytes: int = 0,
     on_hold: Callable[[int, str, str | None, list[tuple[str, str]], bytes], None] | None = None,
+    last_contact_unix: float | None = None,
 ) -> FetchOutput:
     """Fetch one fetch-list partition politely; write its WARC files under ``root``; return rows.
 
@@ -515,6 +518,10 @@ def fetch_partition(
     the event loop) with each held document's row of this attempt (before ``resume``'s rows are put
     first), URL, content type, headers and payload, so it can be parsed while the fetch goes on
     (:class:`crawl.parse_ahead.ParseAhead`).
+
+    ``last_contact_unix``: when an earlier task may last have talked to these hosts (Unix time; the
+    previous round's fetch end, ``stats["fetch_end_unix"]``): each politeness key's first request waits
+    for its delay from then, as if that contact were this task's (rounds run back to back).
     """
     f = _Fetcher(cfg, root, warc_prefix, now, known_digests,
                  cfg.round_duration_s if deadline_s is None else deadline_s,
@@ -522,6 +529,7 @@ def fetch_partition(
     f.should_continue = should_continue
     f.hold_left = max(0, hold_bytes)
     f.on_hold = on_hold
+    f.last_contact_unix = last_contact_unix
     f.load(fetchlist, robots_cache, resume)
     started = time.monotonic()
     try:
@@ -532,6 +540,7 @@ def fetch_partition(
         with f.writer:  # exits first: every queued record (and segment cut) is written
             with relaxed_gc(), asyncio.Runner(loop_factory=event_loop_factory()) as runner:
                 runner.run(f.run())
+            f.stats["fetch_end_unix"] = time.time()  # no request of this task after it: the next round's gap starts
             if f.stopped:
                 raise FetchStopped(f"fetch of {warc_prefix} stopped after {f.stats.get('requests', 0)} requests: "
                                    "the round is no longer this task's (lease or scheduler gone)")

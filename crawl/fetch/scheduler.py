@@ -167,6 +167,21 @@ class _Scheduling:
             h.slot = s
         self.stats["politeness_keys"] = len(self.slots)
 
+    def after_earlier_contact(self, last_contact_unix: float | None) -> None:
+        """Count an earlier task's last contact with these keys (Unix time: the previous round's fetch
+        ended then) as every slot's last start and answer, so back-to-back rounds keep each key's gap
+        too: a slot's first request waits until that time + its delay, and a Crawl-delay learnt from
+        robots.txt later in this task is counted from it as well (:meth:`_RobotsFetch.apply_policy`).
+        Called once the slots are built, before any is queued."""
+        if last_contact_unix is None:
+            return
+        ref = self.mono() - max(0.0, time.time() - last_contact_unix)
+        for s in self.slots.values():
+            s.last_start = max(s.last_start, ref)
+            s.last_answer = max(s.last_answer, ref)
+            if s.delay > 0:
+                s.next_at = max(s.next_at, ref + s.delay + _GAP_MARGIN_S)
+
     def push(self, s: _Slot) -> None:
         if not s.in_heap and s.has_work():
             s.in_heap = True
