@@ -39,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from crawl import round as rnd  # noqa: E402
 from crawl.cluster import dask_client  # noqa: E402
-from crawl.config import load_config  # noqa: E402
+from crawl.config import CrawlConfig, load_config  # noqa: E402
 from crawl.fetch import fetch_partition  # noqa: E402
 from crawl.records import FETCHLIST_SCHEMA  # noqa: E402
 from crawl.simweb.launch import launch  # noqa: E402
@@ -85,6 +85,16 @@ def bench_fetchlist(urls: list[str], depth: int = 1) -> pa.Table:
             "depth": pa.array([depth] * n, pa.int32()), "priority": [1.0] * n, "pkey": hosts}
     return pa.Table.from_arrays([pa.array(cols[f.name]).cast(f.type) if f.name in cols else pa.nulls(n, f.type)
                                  for f in FETCHLIST_SCHEMA], schema=FETCHLIST_SCHEMA)
+
+
+def bench_config(work: Path, port: int, pages: int, **overrides: Any) -> CrawlConfig:
+    """The config of a delay-0 bench round over ``pages`` URLs of the simulated web served on ``port``
+    (one definition for the bench scripts that crawl it; ``overrides`` win)."""
+    return load_config(overrides={
+        "root": str(work / "root"), "crawl_id": "bench", "resolve": [f"*.sim.test=127.0.0.1:{port}"],
+        "politeness_delay_s": 0.0, "max_pages": pages, "partitions": 4, "round_duration_s": 3600.0,
+        "max_pages_per_host_per_round": 100_000, "coverage_share": 1.0, **overrides,
+    }, use_env=False)
 
 
 def bench_urls(hosts: int, seed: int, pages: int) -> list[str]:
@@ -222,12 +232,7 @@ def main() -> None:
         print(f"ceiling A, bare aiohttp fetch:            {ceil_fetch:8.1f} pages/s")
         print(f"ceiling B, aiohttp + selectolax extract:  {ceil_extract:8.1f} pages/s")
 
-        cfg = load_config(overrides={
-            "root": str(work / "root"), "crawl_id": "bench", "resolve": [f"*.sim.test=127.0.0.1:{port}"],
-            "politeness_delay_s": 0.0, "max_pages": len(urls), "partitions": 4, "round_duration_s": 3600.0,
-            "max_pages_per_host_per_round": 100_000, "coverage_share": 1.0,
-            **dict(kv.split("=", 1) for kv in args.set),
-        }, use_env=False)
+        cfg = bench_config(work, port, len(urls), **dict(kv.split("=", 1) for kv in args.set))
         fl = bench_fetchlist(urls)
         t0, c0 = time.perf_counter(), time.process_time()
         out = fetch_partition(cfg, fl, root=str(work / "fetchonly"), warc_prefix="warc/fetchonly",

@@ -24,11 +24,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import pyarrow as pa  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
-from crawl_bench import bench_urls  # noqa: E402
+from crawl_bench import bench_config, bench_urls  # noqa: E402
 
 from crawl import round as rnd  # noqa: E402
 from crawl.cluster import dask_client  # noqa: E402
-from crawl.config import load_config  # noqa: E402
 from crawl.simweb.launch import served  # noqa: E402
 from crawl.store import parquet_options  # noqa: E402
 
@@ -77,11 +76,7 @@ def main() -> None:
     args = ap.parse_args()
     with served(args.hosts, 1, "pqopts-") as (work, port):
         urls = bench_urls(args.hosts, 1, args.pages)
-        cfg = load_config(overrides={
-            "root": str(work / "root"), "crawl_id": "bench", "resolve": [f"*.sim.test=127.0.0.1:{port}"],
-            "politeness_delay_s": 0.0, "max_pages": len(urls), "partitions": 4, "round_duration_s": 3600.0,
-            "max_pages_per_host_per_round": 100_000, "coverage_share": 1.0,
-        }, use_env=False)
+        cfg = bench_config(work, port, len(urls))
         with dask_client(cfg) as client:
             rnd.inject(cfg, urls)
             rnd.run_round(cfg, None, client=client)

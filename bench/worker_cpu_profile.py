@@ -25,12 +25,11 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from crawl_bench import bench_urls, worker_cpu  # noqa: E402
+from crawl_bench import bench_config, bench_urls, worker_cpu  # noqa: E402
 
 from crawl import cluster  # noqa: E402
 from crawl import round as rnd  # noqa: E402
 from crawl.cluster import dask_client  # noqa: E402
-from crawl.config import load_config  # noqa: E402
 from crawl.simweb.launch import served  # noqa: E402
 
 # (bucket, substrings of a frame): a stack goes to the first bucket (in this order) any of whose
@@ -134,11 +133,7 @@ def main() -> None:
     spy = str(Path(sys.executable).parent / "py-spy")
     with served(args.hosts, args.seed, "crawl-wprof-") as (work, port):
         urls = bench_urls(args.hosts, args.seed, args.pages)
-        cfg = load_config(overrides={
-            "root": str(work / "root"), "crawl_id": "bench", "resolve": [f"*.sim.test=127.0.0.1:{port}"],
-            "politeness_delay_s": 0.0, "max_pages": len(urls), "partitions": 4, "round_duration_s": 3600.0,
-            "max_pages_per_host_per_round": 100_000, "coverage_share": 1.0,
-        }, use_env=False)
+        cfg = bench_config(work, port, len(urls))
         with dask_client(cfg) as client:
             rnd.inject(cfg, urls)
             wpids = client.run(os.getpid)
