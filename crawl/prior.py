@@ -1,7 +1,8 @@
 """The learned change-rate prior: predicts λ for URLs with little or no history (cold start).
 
-Trained each round (scikit-learn Poisson GLM, log link) on every URL with some evidence (one re-check
-or a trusted Last-Modified age is enough: the fit weights rows by exposure), from features that exist
+Trained each round (a Poisson GLM, log link: :class:`crawl.glm.PoissonGLM`, scikit-learn's
+``PoissonRegressor`` without importing scikit-learn) on every URL with some evidence (one re-check or
+a trusted Last-Modified age is enough: the fit weights rows by exposure), from features that exist
 before the second fetch: hashed URL tokens (host-name words, path segments, extension), depth, path length, query, the host's pooled rate (leave-one-out, so a row does
 not see its own label) and the sitemap changefreq. The target is the CGM-corrected event count over
 the exposure, fitted as a rate with the exposure as sample weight (the standard Poisson-rate fit).
@@ -27,10 +28,11 @@ import pyarrow.compute as pc
 from crawl.changerate import MAX_RATE, MIN_RATE, changefreq_rate
 from crawl.store import Store
 
-if TYPE_CHECKING:  # scikit-learn and SciPy take seconds to import: only the functions that fit load them
+if TYPE_CHECKING:  # SciPy takes a while to import (scikit-learn ~0.7 s more): only the functions that fit load them
     import scipy.sparse as sp
     from sklearn.feature_extraction.text import HashingVectorizer
-    from sklearn.linear_model import PoissonRegressor
+
+    from crawl.glm import PoissonGLM
 
 MIN_EXPOSURE_DAYS = 0.0     # any evidence trains: the fit weights each row by its exposure
 MIN_TRAIN = 40              # fewer usable URLs: fall back to host pooling
@@ -46,11 +48,12 @@ _TOKEN = r"[a-z]+|[0-9]+"
 class PriorModel:
     """A fitted prior (or the host-pooling fallback when ``model`` is None) and its metrics."""
     global_rate: float
-    model: PoissonRegressor | None = None
+    model: PoissonGLM | None = None  # or a scikit-learn PoissonRegressor pickled by an earlier version
     metrics: dict[str, Any] = field(default_factory=dict)
 
 
 def _vectorizer() -> HashingVectorizer:
+    """The reference :func:`url_tokens` computes without scikit-learn (its tests compare both)."""
     from sklearn.feature_extraction.text import HashingVectorizer
 
     return HashingVectorizer(n_features=N_FEATURES, token_pattern=_TOKEN, lowercase=True, alternate_sign=False,
@@ -159,9 +162,9 @@ def url_tokens(db: pa.Table) -> sp.csr_matrix:
 def _token_columns(tokens: list[str]) -> np.ndarray:
     """The column of each distinct token, as scikit-learn's FeatureHasher computes it (signed 32-bit
     MurmurHash3 with seed 0 of the UTF-8 bytes, its absolute value modulo :data:`N_FEATURES`)."""
-    from sklearn.utils import murmurhash3_32
+    from crawl.glm import murmurhash3_32
 
-    h = np.fromiter((murmurhash3_32(t, 0) for t in tokens), np.int64, len(tokens))
+    h = murmurhash3_32(tokens)
     return np.where(h == -2 ** 31, (2 ** 31 - 1 - (N_FEATURES - 1)) % N_FEATURES, np.abs(h) % N_FEATURES)
 
 
@@ -204,8 +207,7 @@ def fit(db: pa.Table, events: np.ndarray, exposure: np.ndarray, checks: np.ndarr
         tokens: Callable[[], sp.csr_matrix] | None = None) -> PriorModel:
     """Fit the prior on rows with enough history; held-out rows give the deviance metrics.
     ``tokens``: gives :func:`url_tokens` of every row of ``db`` (called only when a model is fitted)."""
-    from sklearn.linear_model import PoissonRegressor
-    from sklearn.metrics import mean_poisson_deviance
+    from crawl.glm import PoissonGLM, mean_poisson_deviance
 
     total_ex = float(exposure.sum())
     global_rate = float(np.clip(events.sum() / total_ex, MIN_RATE, MAX_RATE)) if total_ex > 0 else 1.0 / 7.0
@@ -233,7 +235,7 @@ def fit(db: pa.Table, events: np.ndarray, exposure: np.ndarray, checks: np.ndarr
     x = features(db.take(pa.array(rows)), hr[rows], None if tokens is None else tokens()[rows])
     tr, ho = train[rows], held[rows]
     y = events / np.maximum(exposure, 1e-9)
-    model = PoissonRegressor(alpha=1e-3, max_iter=300)
+    model = PoissonGLM(alpha=1e-3, max_iter=300)
     model.fit(x[tr], y[train], sample_weight=exposure[train])
     if held.sum():
         pred = np.clip(model.predict(x[ho]), MIN_RATE, MAX_RATE)

@@ -30,7 +30,10 @@ crawling (``bench/RESULTS.md``, "Fixed costs of a whole run"):
   every process that runs tasks (ordinary 4 KB pages; ``NUMPY_MADVISE_HUGEPAGE`` set by the user wins);
 
 - the driver imported SciPy, scikit-learn, tldextract and pyarrow.dataset inside the first round's update and
-  reprioritise, where nothing else runs; :func:`warm_driver` imports them while the workers fetch.
+  reprioritise, where nothing else runs; :func:`warm_driver` imports them while the workers fetch. Since
+  session 8 the prior's fit needs no scikit-learn (:mod:`crawl.glm`): its import alone was ~0.7 s of
+  CPU, which the warm-up, started when a worker is up, had not finished when a short first round's
+  fetch was done (update then waited on it).
 
 Tried and reverted (same section): writing a round's report while the next round runs, importing
 SciPy/matplotlib and starting the cluster in background threads -- on 2 cores such overlap only
@@ -53,12 +56,16 @@ TASK_MODULES = ("crawl.tasks", "crawl.fetch", "crawl.parse", "crawl.media", "cra
 
 _registered = False
 
-#: What the driver first imports in a round's update and reprioritise: Parquet datasets (and pandas,
-#: which they load), the Public Suffix List (tldextract: registered domains for the index), SciPy and
-#: scikit-learn (the prior's fit). ~1.3 s of CPU on this box, paid inside the first round's steps where
-#: only the driver works; :func:`warm_driver` pays it while the workers fetch instead.
-DRIVER_MODULES = ("pyarrow.dataset", "tldextract", "scipy.sparse", "sklearn.feature_extraction.text",
-                  "sklearn.linear_model", "sklearn.metrics")
+#: What the driver first imports in a round's update, reprioritise and report: Parquet datasets (and
+#: pandas, which they load), the Public Suffix List (tldextract: registered domains for the index), SciPy's
+#: sparse matrices and optimiser (the prior's fit, :mod:`crawl.glm`), the report's templates (Jinja2).
+#: ~0.5 s of CPU on this box (~1.2 s while the prior imported scikit-learn), paid inside the first round's
+#: steps where only the driver works; :func:`warm_driver` pays it while the workers fetch instead.
+DRIVER_MODULES = ("pyarrow.dataset", "tldextract", "scipy.sparse", "scipy.optimize", "crawl.reporthtml")
+
+#: The report's templates, compiled by :func:`import_driver_modules` (Jinja2 compiles a template at its
+#: first use: ~0.04 s of the first round's report).
+REPORT_TEMPLATES = ("crawl.html", "page.html", "base.html", "macros.html")
 
 _driver_warm: threading.Thread | None = None
 
@@ -115,12 +122,17 @@ def import_task_modules() -> None:
 
 
 def import_driver_modules() -> None:
-    """Import :data:`DRIVER_MODULES` and build the Public Suffix List trie (first use otherwise)."""
+    """Import :data:`DRIVER_MODULES`, build the Public Suffix List trie and compile
+    :data:`REPORT_TEMPLATES` (each done at its first use otherwise)."""
     for name in DRIVER_MODULES:
         importlib.import_module(name)
+    from crawl.reporthtml import environment
     from crawl.url.surt import _extractor
 
-    _extractor()
+    _extractor()("example.com")  # the trie is built at the first lookup, not with the extractor
+    env = environment()
+    for name in REPORT_TEMPLATES:
+        env.get_template(name)
 
 
 def warm_driver(after: Callable[[], object] | None = None) -> threading.Thread:

@@ -104,10 +104,14 @@ def test_warm_driver_imports_what_update_and_reprioritise_import_first() -> None
             "assert warm_driver() is t\n"  # once per process
             "t.join()\n"
             "from crawl.url.surt import _extractor\n"
-            "print(all(m in sys.modules for m in DRIVER_MODULES), _extractor.cache_info().currsize)\n")
+            "from crawl.reporthtml import environment\n"
+            "from crawl.warmup import REPORT_TEMPLATES\n"
+            "print(all(m in sys.modules for m in DRIVER_MODULES), _extractor.cache_info().currsize,\n"
+            "      _extractor()._extractor is not None,\n"  # the suffix trie is built (at the first lookup)
+            "      sorted(k[1] for k in environment().cache) == sorted(REPORT_TEMPLATES))\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stdout.split() == ["True", "1"]
+    assert out.stdout.split() == ["True", "1", "True", "True"]
 
 
 def _forked_from_the_forkserver() -> tuple[bool, int]:
