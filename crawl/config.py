@@ -75,6 +75,14 @@ def render_globs(value: str) -> tuple[str, ...]:
     return tuple(p for p in re.split(r"[,\s]+", value.strip().lower()) if p)
 
 
+def render_enabled(cfg: CrawlConfig) -> bool:
+    """Does this crawl render anything (so the round runs render tasks)? Here, not in :mod:`crawl.render`:
+    the driver asks every round, and importing that module (aiohttp and its TLS contexts, selectolax, the
+    browser plumbing: ~0.2 s of CPU) was the only reason the driver of a crawl that renders nothing had it,
+    in round 1 before its fetch tasks were submitted."""
+    return bool(render_globs(cfg.render_hosts)) or cfg.render_auto
+
+
 def _valid_render_hosts(value: str) -> str:
     """``render_hosts``: host globs (letters, digits, ``. - _ * ? [ ] !``), at most 100 of them."""
     globs = render_globs(value)
@@ -512,5 +520,6 @@ def default_config_path() -> Path:
 __all__ = [
     "CRAWL_ID_RE", "ConfigError", "CrawlConfig", "CrawlSettings", "DEFAULT_USER_AGENT", "PRODUCT_TOKEN",
     "REQUIRED_IN_REQUEST", "SETTING_KEYS", "cli_flag_specs", "default_config_path", "describe", "is_crawl_id",
-    "load_config", "param_specs", "render_globs", "request_model", "setting_default", "setting_schema", "setting_type",
+    "load_config", "param_specs", "render_enabled", "render_globs", "request_model", "setting_default", "setting_schema",
+    "setting_type",
 ]

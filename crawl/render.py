@@ -73,7 +73,7 @@ import pyarrow.compute as pc
 from selectolax.lexbor import LexborHTMLParser
 
 from crawl import records as R
-from crawl.config import CrawlConfig, render_globs
+from crawl.config import CrawlConfig, render_enabled, render_globs
 from crawl.net import GuardedResolver, NetError, classify_error, guarded_connector
 from crawl.robots import RobotsPolicy, policy_from_response
 from crawl.url import InvalidURL, parse_url, registered_domain
@@ -186,11 +186,6 @@ def looks_script_built(body: bytes, min_words: int = 60) -> bool:
 def host_matches(host: str, globs: tuple[str, ...]) -> bool:
     h = host.lower().rstrip(".")
     return any(fnmatch.fnmatchcase(h, g) for g in globs)
-
-
-def render_enabled(cfg: CrawlConfig) -> bool:
-    """Does this crawl render anything (so the round runs render tasks)?"""
-    return bool(render_globs(cfg.render_hosts)) or cfg.render_auto
 
 
 def check_browser_workers(client: Any) -> None:

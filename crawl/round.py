@@ -266,11 +266,13 @@ def _run_parts(client: Any, cfg: CrawlConfig, round_no: int, parts: list[int], n
     rescheduled on another worker) and is not counted here.
     """
     from crawl.cluster import wait_all, wait_for_workers
-    from crawl.render import check_browser_workers, render_enabled
+    from crawl.config import render_enabled
     from crawl.warmup import warm_driver
 
     render = render_enabled(cfg)
     if render:
+        from crawl.render import check_browser_workers
+
         wait_for_workers(client, cfg)  # an embedded cluster may still be starting them (crawl run)
         check_browser_workers(client)
     rendered = _render_parts(cfg, round_no, parts) if render else set()

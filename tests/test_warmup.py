@@ -177,3 +177,23 @@ def test_an_external_scheduler_starts_no_forkserver() -> None:
     before = fs._forkserver._forkserver_pid  # type: ignore[attr-defined]
     start_forkserver(load_config(overrides={"dask_address": "tcp://127.0.0.1:1"}, use_env=False))
     assert fs._forkserver._forkserver_pid == before  # type: ignore[attr-defined]
+
+
+def test_a_round_that_renders_nothing_leaves_the_render_module_out_of_the_driver(simweb, tmp_path) -> None:
+    """The driver asks every round whether the crawl renders (crawl.config.render_enabled); importing
+    crawl.render for that (aiohttp and its TLS contexts, ~0.2 s of CPU) delayed round 1's submits. A whole
+    round on a real embedded cluster, in a fresh interpreter: neither module is in the driver after it."""
+    code = ("import sys\n"
+            "from crawl import round as rnd\n"
+            "from crawl.cluster import dask_client\n"
+            "from crawl.config import load_config\n"
+            f"cfg = load_config(overrides={{'root': {str(tmp_path / 'root')!r}, 'crawl_id': 'norender',\n"
+            f"    'resolve': [{simweb.resolve_rule!r}], 'politeness_delay_s': 0.0, 'max_pages': 20, 'partitions': 2,\n"
+            "    'dask_workers': 1, 'dask_dashboard': False}, use_env=False)\n"
+            "with dask_client(cfg) as client:\n"
+            f"    s = rnd.run_round(cfg, {simweb.seed_urls(4)!r}, client=client)\n"
+            "assert s['fetch_parse']['fetched'] > 0, s\n"
+            "print('crawl.render' in sys.modules, 'aiohttp' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.split("\n")[-2] == "False False"
