@@ -40,10 +40,14 @@ HTML policy:
 from __future__ import annotations
 
 import codecs
+import contextlib
 import importlib
 import importlib.metadata
 import logging
+import os
 import re
+import stat
+import sys
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -194,13 +198,67 @@ def _checked(name: str, fn: Any, fallback_mime: str | None) -> tuple[Parser, tup
     return fn, mimes
 
 
+_eps_key: tuple[tuple[str, object], ...] | None = None  # (sys.path entry, _distributions_in) when _eps was read
+_eps: list[importlib.metadata.EntryPoint] = []
+_dists_at: dict[str, tuple[int, object]] = {}  # sys.path entry -> (its mtime, _distributions_in of it then)
+_DIST_SUFFIXES = (".dist-info", ".egg-info", ".egg")
+
+
+def _distributions_in(entry: str) -> object:
+    """What of ``sys.path`` entry ``entry`` importlib.metadata finds distributions by: its ``.dist-info``,
+    ``.egg-info`` and ``.egg`` entries as (name, inode, mtime) -- a package installed, removed or
+    reinstalled there changes it -- listed again only when the entry's own mtime changed. A file (a zip)
+    is its (inode, mtime); a missing entry None."""
+    path = entry or "."
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    hit = _dists_at.get(entry)
+    if hit is not None and hit[0] == st.st_mtime_ns:
+        return hit[1]
+    found: object
+    if stat.S_ISDIR(st.st_mode):
+        dists = []
+        with contextlib.suppress(OSError), os.scandir(path) as it:
+            for e in it:
+                if e.name.endswith(_DIST_SUFFIXES):
+                    with contextlib.suppress(OSError):
+                        es = e.stat()
+                        dists.append((e.name, es.st_ino, es.st_mtime_ns))
+        found = frozenset(dists)
+    else:
+        found = (st.st_ino, st.st_mtime_ns)
+    _dists_at[entry] = (st.st_mtime_ns, found)
+    return found
+
+
+def installed_entry_points() -> list[importlib.metadata.EntryPoint]:
+    """The installed ``recrawl.parsers`` entry points, read again only when ``sys.path`` or the
+    distributions in one of its entries changed (:func:`_distributions_in`).
+
+    Why: ``importlib.metadata.entry_points`` opens and parses every installed distribution's
+    ``entry_points.txt`` on each call, ~11 ms of CPU with this environment's ~230 distributions (more on
+    a loaded box), and every parse task (:func:`install_parsers`) and every round's driver
+    (:func:`find_parsers`) asked again. Installing, removing or reinstalling a package creates or removes
+    its ``.dist-info`` directory in a ``sys.path`` directory; a directory's mtime alone is not the key, as
+    a Dask worker's ``sys.path`` holds its scratch directories, which other workers' starts change. A
+    distribution edited in place (not reinstalled) is seen by the next process."""
+    global _eps_key, _eps
+    key = tuple((p, _distributions_in(p)) for p in sys.path)
+    if key != _eps_key:
+        eps = list(importlib.metadata.entry_points(group=ENTRY_POINT_GROUP))
+        _eps, _eps_key = eps, key
+    return list(_eps)
+
+
 def find_parsers(names: Iterable[str] = (), eps: Iterable[importlib.metadata.EntryPoint] | None = None
                  ) -> list[tuple[str, Parser, tuple[str, ...]]]:
     """Load (without registering) the parsers of ``eps`` (default: the installed ``recrawl.parsers``
     entry points) and of the ``module:function`` ``names``: ``[(where from, function, MIME types)]``.
     The round's driver calls it to refuse a bad name before anything is fetched."""
     if eps is None:
-        eps = importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)
+        eps = installed_entry_points()
     found: list[tuple[str, Parser, tuple[str, ...]]] = []
     for ep in eps:
         try:
@@ -225,7 +283,7 @@ def install_parsers(names: Iterable[str] = (), entry_points: bool = True) -> dic
     (Dask workers call this for every parse task).
     """
     names = tuple(names)
-    eps = list(importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)) if entry_points else []
+    eps = installed_entry_points() if entry_points else []
     key = (*(f"{ep.name}={ep.value}" for ep in eps), "|", *names)
     if key in _installed:
         return _installed[key]

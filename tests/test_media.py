@@ -187,6 +187,59 @@ def test_entry_point_plugin_is_found(tmp_path: Path, monkeypatch) -> None:
     sys.modules.pop("recrawl_ep_demo", None)
 
 
+def test_entry_points_are_read_again_only_when_a_package_is_installed(tmp_path: Path, monkeypatch) -> None:
+    """The installed entry points are read once (importlib.metadata parses every distribution's
+    entry_points.txt, ~11 ms a call, and every parse task and round asked), and again once a directory
+    on sys.path changes: a package installed there after the first read is found by the next call."""
+    import importlib.metadata
+    import os
+
+    from crawl.parse import find_parsers
+
+    (tmp_path / "recrawl_ep_later.py").write_text(textwrap.dedent("""
+        from crawl.parse import ParsedDoc
+
+        def parse_later(url, payload, headers):
+            return ParsedDoc(title="later", text=payload.decode())
+    """))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    reads = []
+    real = importlib.metadata.entry_points
+
+    def counted(**kw):  # the stdlib call, counted
+        reads.append(kw)
+        return real(**kw)
+
+    monkeypatch.setattr(importlib.metadata, "entry_points", counted)
+    install_parsers()
+    install_parsers()
+    find_parsers()
+    assert len(reads) == 1
+    assert parser_for("text/x-recrawl-later") is None
+
+    def later(path: Path) -> None:  # the kernel's coarse clock may not have ticked since the last change
+        st = os.stat(path)
+        os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
+
+    (tmp_path / "scratch.txt").write_text("not a package")  # a change that installs nothing (a Dask
+    later(tmp_path)  # worker's sys.path holds scratch directories other workers write to)
+    install_parsers()
+    assert len(reads) == 1
+    dist = tmp_path / "recrawl_ep_later-1.0.dist-info"  # pip installs into a directory already on sys.path
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: recrawl-ep-later\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text("[recrawl.parsers]\ntext/x-recrawl-later = recrawl_ep_later:parse_later\n")
+    later(tmp_path)
+    done = install_parsers()
+    assert len(reads) == 2
+    assert done["text/x-recrawl-later"] == "entry point text/x-recrawl-later"
+    install_parsers()
+    assert len(reads) == 2
+    doc = parse_document("http://a.test/x", b"hi", {"Content-Type": "text/x-recrawl-later"}, 10)
+    assert (doc.title, doc.text) == ("later", "hi")
+    sys.modules.pop("recrawl_ep_later", None)
+
+
 def test_image_parser_reads_headers_only() -> None:
     """EXIF from a JPEG written by Pillow; a huge declared PNG is read from its header without decoding."""
     import struct
