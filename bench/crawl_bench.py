@@ -14,6 +14,8 @@ Absolute numbers on a shared 2-core box are noise; the ratios are the figures to
 
     python bench/crawl_bench.py [--hosts 500] [--pages 3000]
     python bench/crawl_bench.py --fixed-only        # only fixed_round_s
+    python bench/crawl_bench.py --fetch-only        # only ceiling A and the fetch-only pass (bench/fetch_only_parts.py
+                                                    # splits what separates them)
 """
 
 from __future__ import annotations
@@ -183,6 +185,22 @@ def fixed_round(work: Path, port: int, n: int, client: Any) -> tuple[float, floa
     return sum(steps.values()), built, steps
 
 
+def fetch_only(work: Path, port: int, urls: list[str], sets: list[str]) -> tuple[float, float]:
+    """(pages/s, CPU ms per page of this process) of the fetch-only pass: ``fetch_partition`` over
+    ``urls`` as one fetch list, in this process (robots.txt, sitemaps, per-host queues, WARC)."""
+    cfg = bench_config(work, port, len(urls), **dict(kv.split("=", 1) for kv in sets))
+    fl = bench_fetchlist(urls)
+    t0, c0 = time.perf_counter(), time.process_time()
+    out = fetch_partition(cfg, fl, root=str(work / "fetchonly"), warc_prefix="warc/fetchonly",
+                          now=datetime.now(UTC))
+    pages_rows = out.fetches.filter(pc.equal(out.fetches.column("subset"), "warc"))
+    fetched = int(pc.sum(pc.equal(pages_rows.column("status"), "fetched")).as_py())
+    ours_fetch = fetched / (time.perf_counter() - t0)  # pages fetched; robots.txt and sitemaps not counted
+    fetch_cpu_ms = 1000 * (time.process_time() - c0) / max(fetched, 1)
+    print(f"ours, fetch only (robots, queues, WARC):  {ours_fetch:8.1f} pages/s  ({fetched} of {len(urls)} pages fetched)")
+    return ours_fetch, fetch_cpu_ms
+
+
 def worker_cpu(client: Any) -> float:
     """user + system CPU seconds of every Dask worker process so far."""
     def cpu() -> float:
@@ -203,6 +221,8 @@ def main() -> None:
                     help="config override for the measured round and its cluster (repeatable), e.g. dask_workers=3")
     ap.add_argument("--fixed-only", action="store_true",
                     help="only the fixed-cost round (no ceilings, no full round): RESULT fixed_round_s=…")
+    ap.add_argument("--fetch-only", action="store_true",
+                    help="only ceiling A and the fetch-only pass: RESULT fetch_only_vs_ceiling=…")
     args = ap.parse_args()
     from crawl.warmup import single_threaded_math
 
@@ -226,22 +246,20 @@ def main() -> None:
 
         asyncio.run(plain_loop(port, urls, False))  # warm the server's render cache: all runs see warm pages
         ceil_fetch = asyncio.run(plain_loop(port, urls, False))
+        print(f"ceiling A, bare aiohttp fetch:            {ceil_fetch:8.1f} pages/s")
+        if args.fetch_only:
+            ours_fetch, fetch_cpu_ms = fetch_only(work, port, urls, args.set)
+            print(f"RESULT fetch_only_vs_ceiling={ours_fetch / ceil_fetch:.2f} fetch_only_pages_s={ours_fetch:.0f} "
+                  f"ceiling_a_pages_s={ceil_fetch:.0f} fetch_cpu_ms_per_page={fetch_cpu_ms:.3f} "
+                  f"load={load0:.1f}-{os.getloadavg()[0]:.1f}")
+            return
         c0 = time.process_time()
         ceil_extract = asyncio.run(plain_loop(port, urls, True))
         bare_cpu_ms = 1000 * (time.process_time() - c0) / len(urls)
-        print(f"ceiling A, bare aiohttp fetch:            {ceil_fetch:8.1f} pages/s")
         print(f"ceiling B, aiohttp + selectolax extract:  {ceil_extract:8.1f} pages/s")
 
+        ours_fetch, fetch_cpu_ms = fetch_only(work, port, urls, args.set)
         cfg = bench_config(work, port, len(urls), **dict(kv.split("=", 1) for kv in args.set))
-        fl = bench_fetchlist(urls)
-        t0, c0 = time.perf_counter(), time.process_time()
-        out = fetch_partition(cfg, fl, root=str(work / "fetchonly"), warc_prefix="warc/fetchonly",
-                              now=datetime.now(UTC))
-        pages_rows = out.fetches.filter(pc.equal(out.fetches.column("subset"), "warc"))
-        fetched = int(pc.sum(pc.equal(pages_rows.column("status"), "fetched")).as_py())
-        ours_fetch = fetched / (time.perf_counter() - t0)  # pages fetched; robots.txt and sitemaps not counted
-        fetch_cpu_ms = 1000 * (time.process_time() - c0) / max(fetched, 1)
-        print(f"ours, fetch only (robots, queues, WARC):  {ours_fetch:8.1f} pages/s  ({fetched} of {len(urls)} pages fetched)")
 
         with dask_client(cfg) as client:
             rnd.inject(cfg, urls)

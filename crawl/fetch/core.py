@@ -89,7 +89,7 @@ from crawl.fetch.robots import _fresh_robots, _RobotsFetch
 from crawl.fetch.scheduler import _GAP_MARGIN_S, _NO_SLOT, _Host, _Job, _origin, _Scheduling, _Slot
 from crawl.fetch.sitemaps import _SitemapEntries, _SitemapFetch
 from crawl.fetch.warcwriter import _WarcOutput, _WarcWriter
-from crawl.gctune import relaxed_gc
+from crawl.gctune import paused_gc
 from crawl.net import (
     GuardedResolver,
     guarded_connector,
@@ -538,7 +538,7 @@ def fetch_partition(
             f.abort_files()
 
         with f.writer:  # exits first: every queued record (and segment cut) is written
-            with relaxed_gc(), asyncio.Runner(loop_factory=event_loop_factory()) as runner:
+            with paused_gc(), asyncio.Runner(loop_factory=event_loop_factory()) as runner:
                 runner.run(f.run())
             f.stats["fetch_end_unix"] = time.time()  # no request of this task after it: the next round's gap starts
             if f.stopped:
