@@ -144,8 +144,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from crawl.prestart import start_for_argv
     from crawl.warmup import single_threaded_math, skip_final_gc
 
+    start_for_argv(sys.argv[1:] if argv is None else argv)  # no-op when python -m crawl did it (crawl.prestart)
     skip_final_gc()  # the process's exit need not garbage-collect a heap it is about to return
     single_threaded_math()  # no spinning BLAS/OpenMP threads next to the workers (crawl.warmup)
     args = build_parser().parse_args(argv)
@@ -166,9 +168,30 @@ def main(argv: list[str] | None = None) -> int:
         return 1
 
 
+def _uses_embedded_cluster(args: argparse.Namespace) -> bool:
+    """Whether the command starts a Dask cluster (an embedded one unless ``dask_address`` is set)."""
+    return args.cmd in ("run", "round") or (args.cmd == "step" and args.name == "fetch_parse")
+
+
 def _dispatch(args: argparse.Namespace, cfg: CrawlConfig) -> int:
-    if args.cmd == "run":  # first: it starts its cluster's forkserver before importing the rest
-        return _run(cfg, args)
+    if not _uses_embedded_cluster(args):
+        return _command(args, cfg)
+    from crawl.cluster import start_forkserver, stop_forkserver
+
+    # The embedded cluster's forkserver preloads the workers' modules (~1.5 s of CPU) on the other core
+    # while this process imports its own, starts the scheduler, injects and generates: the workers are
+    # then forked as round 1 is being submitted instead of before inject (bench/RESULTS.md, "Run start
+    # and end"). ``python -m crawl`` has started it already, before its imports (crawl.prestart). Stopped
+    # by the cluster's close, or here when the command ends without one (failed before it, nothing due,
+    # or a dask_address the early start could not see).
+    start_forkserver(cfg)
+    try:
+        return _run_rounds(cfg, args) if args.cmd == "run" else _command(args, cfg)
+    finally:
+        stop_forkserver()
+
+
+def _command(args: argparse.Namespace, cfg: CrawlConfig) -> int:
     from crawl import api, query
     from crawl import round as rnd
 
@@ -272,20 +295,6 @@ def _degraded(summaries: list[dict[str, Any]], strict: bool) -> int:
         print(f"{'error' if strict else 'warning'}: round {s['round']} is degraded: {describe(s.get('health', {}))}",
               file=sys.stderr)
     return EXIT_DEGRADED if bad and strict else 0
-
-
-def _run(cfg: CrawlConfig, args: argparse.Namespace) -> int:
-    from crawl.cluster import start_forkserver, stop_forkserver
-
-    # The embedded cluster's forkserver preloads the workers' modules (~1.4 s of CPU) on the other core
-    # while this process imports its own, starts the scheduler, injects and generates: the workers are
-    # then forked as round 1 is being submitted instead of before inject (bench/RESULTS.md, "Run start
-    # and end"). Stopped by the cluster's close, or here when the run fails before it.
-    start_forkserver(cfg)
-    try:
-        return _run_rounds(cfg, args)
-    finally:
-        stop_forkserver()
 
 
 def _run_rounds(cfg: CrawlConfig, args: argparse.Namespace) -> int:

@@ -21,6 +21,8 @@ from typing import Any
 
 from crawl.config import ConfigError, CrawlConfig
 from crawl.errors import ClusterError
+from crawl.prestart import FORKSERVER_PRELOAD, WORKER_SPAWN_ENV  # noqa: F401 - FORKSERVER_PRELOAD re-exported
+from crawl.prestart import start as start_embedded_forkserver
 
 #: Seconds to reach an external scheduler before the round fails naming its address.
 CONNECT_TIMEOUT_S = 30.0
@@ -44,13 +46,20 @@ EMBEDDED_WORKER_CONFIG: dict[str, Any] = {
     # thresholds the fetch+parse task cost 0.066 ms CPU per page less (12 alternated reps, bench/dask_gap_bench.py;
     # bench/RESULTS.md "Dask workers vs plain processes"). Given up: freed memory goes back to the OS
     # later (the workers' RSS reads higher between tasks); the math libraries stay single-threaded.
-    "distributed.nanny.pre-spawn-environ": {"OMP_NUM_THREADS": 1, "MKL_NUM_THREADS": 1, "OPENBLAS_NUM_THREADS": 1},
+    "distributed.nanny.pre-spawn-environ": dict(WORKER_SPAWN_ENV),
     # Workers forked by one forkserver that has imported distributed, the task modules and parse's compiled
     # kernel (crawl.forkserver) instead of each spawned interpreter importing and loading them itself:
     # with spawn two workers spent 3.4-4.0 s of CPU to come up warm, forked ones ~0.1 s (plus ~1.7 s once in
     # the forkserver), and were warm 1.5-2 s sooner (bench/RESULTS.md, "Fixed work of a crawl run").
     # Fork-safe: the forkserver runs no thread and the math libraries are single-threaded (above).
     "distributed.worker.multiprocessing-method": "forkserver",
+    # One task per worker thread at a time, not 1.1 (distributed's default, which rounds up to 2 slots for
+    # a one-thread worker): tasks submitted before any worker joined (``crawl run`` submits round 1 while
+    # the workers are being forked) were all sent to the first worker that registered, and the second
+    # worker's partition only started when work stealing moved it, 0.6-1.7 s later (traced; round 1's
+    # two partitions then ended that far apart). With 1.0 the second task stays queued on the scheduler
+    # until the next worker joins. Costs nothing later: one task per worker is what a round submits.
+    "distributed.scheduler.worker-saturation": 1.0,
 }
 
 # Operator allowlist of scheduler addresses a run (trigger form, POST /crawl/crawls) may choose, besides
@@ -154,10 +163,6 @@ def dask_client(cfg: CrawlConfig, announce: Callable[[str], None] | None = None,
         yield client
 
 
-#: What the embedded cluster's forkserver imports before it forks a worker (:mod:`crawl.forkserver`).
-FORKSERVER_PRELOAD = ["distributed", "crawl.forkserver"]
-
-
 def start_forkserver(cfg: CrawlConfig) -> None:
     """Start the embedded cluster's forkserver now, when ``cfg`` will use one (no ``dask_address``), so its
     preload (distributed, the task modules, the fingerprint kernel, pandas: ~1.4 s of CPU in a fresh
@@ -166,22 +171,7 @@ def start_forkserver(cfg: CrawlConfig) -> None:
     (multiprocessing only); stop it with :func:`stop_forkserver` if no cluster follows."""
     if cfg.dask_address:
         return
-    import multiprocessing
-    from multiprocessing import forkserver
-
-    multiprocessing.get_context("forkserver").set_forkserver_preload(FORKSERVER_PRELOAD)
-    _pre_spawn_environ()
-    forkserver.ensure_running()  # spawns it and returns; a worker's fork waits for the preload
-
-
-def _pre_spawn_environ() -> None:
-    """Put the embedded workers' pre-spawn environment (EMBEDDED_WORKER_CONFIG: one OpenMP/BLAS thread)
-    in this process's environment before the forkserver is spawned, as a Nanny does before it starts a
-    worker process: a forked worker has the forkserver's environment, and the math libraries the
-    forkserver loads (NumPy's OpenBLAS) read their thread counts there. (The Nanny's PYTHONHASHSEED is
-    for one hash seed across workers; workers forked from one forkserver share its seed anyway.)"""
-    for key, value in EMBEDDED_WORKER_CONFIG["distributed.nanny.pre-spawn-environ"].items():
-        os.environ[key] = str(value)
+    start_embedded_forkserver()  # ``python -m crawl`` may have started it already, before its imports (crawl.prestart)
 
 
 def _forkserver_preload() -> None:
@@ -192,13 +182,9 @@ def _forkserver_preload() -> None:
     import dask
     from distributed.utils import get_mp_context
 
-    ctx = get_mp_context()
+    get_mp_context()
     if dask.config.get("distributed.worker.multiprocessing-method") == "forkserver":
-        ctx.set_forkserver_preload(FORKSERVER_PRELOAD)
-        from multiprocessing import forkserver
-
-        _pre_spawn_environ()
-        forkserver.ensure_running()  # the preload starts before the scheduler does, not after it
+        start_embedded_forkserver()  # our preload (after get_mp_context's); it starts before the scheduler does, not after it
 
 
 def stop_forkserver() -> None:

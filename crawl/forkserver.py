@@ -1,29 +1,64 @@
 """Imported once by the embedded cluster's forkserver (:func:`crawl.cluster.dask_client`; ``crawl run`` starts
-it before anything else, :func:`crawl.cluster.start_forkserver`): the task
-modules and parse's compiled fingerprint kernel are loaded there, before any worker is forked, so every
-worker starts with them instead of importing and loading them itself (:mod:`crawl.warmup`).
+it before anything else, :mod:`crawl.prestart`): the task modules and parse's compiled fingerprint kernel are
+loaded there, before any worker is forked, so every worker starts with them instead of importing and loading
+them itself (:mod:`crawl.warmup`).
 
-Then two one-off costs of a worker's first round are paid here, once, instead of in every worker
-(bench/RESULTS.md, "Where the workers' CPU goes after session 6"):
+This preload is the critical path of a ``crawl run``'s start (the driver has injected, generated and
+submitted round 1 before it ends: bench/RESULTS.md, "(session 8, helper start)"), so it imports nothing the
+workers never use. Two libraries are *withheld* while it runs (:class:`_Withheld`: their import fails), ~0.5 s
+of its ~2 s of CPU:
 
-- pyarrow imports pandas at a process's first Parquet read (its pandas-metadata shim), ~0.6 s of
-  CPU: a one-row Parquet write and read in memory does that import now;
-- the full garbage collections that then traverse the ~200 k objects of all those imports, again and
-  again during the round: ``gc.collect()`` then ``gc.freeze()`` moves them to the permanent generation,
-  which forked workers inherit (and which keeps their pages shared with the forkserver's).
+- SciPy: numba's first kernel load registers numba's NumPy implementations, and ``numba.np.arraymath`` imports
+  ``scipy.linalg`` only to learn whether ``np.dot`` & co. can use SciPy's BLAS. Our kernels use none; the
+  workers never import SciPy (the driver's update and reprioritise do). So numba in the workers has no BLAS:
+  a future kernel with ``np.dot``/``np.linalg`` must be loaded after the withholding, or import
+  ``scipy.linalg.cython_blas`` here first;
+- pandas: pyarrow imports it at a process's first ``pa.array`` only to ask whether the argument is a pandas
+  object (its lazy pandas shim); no worker code uses pandas. ``pa.array([0])`` under the withholding makes
+  the shim record "no pandas" once, in the forkserver; an explicit ``Table.to_pandas()`` still imports it
+  when called (the shim tries again when pandas is required).
 
-Only this process runs it: nothing here runs a thread, and the frozen objects are modules and
-start-up state that live as long as the process anyway.
+Then one cost of a worker's whole life is paid here, once: the full garbage collections that traverse the
+~170 k objects of all those imports, again and again during the round: ``gc.collect()`` then ``gc.freeze()``
+moves them to the permanent generation, which forked workers inherit (and which keeps their pages shared
+with the forkserver's). A one-row Parquet write and read in memory first loads pyarrow's Parquet paths.
+
+Only this process runs it: nothing here runs a thread, and the frozen objects are modules and start-up state
+that live as long as the process anyway.
 """
 
 import gc
+import sys
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from crawl.warmup import import_task_modules
 
-import_task_modules()
+#: Libraries whose import fails while the forkserver preloads (see the module's docstring).
+WITHHELD = ("scipy", "pandas")
+
+
+class _Withheld:
+    """A ``sys.meta_path`` finder under which ``import NAME`` (or a submodule) of ``names`` raises
+    ModuleNotFoundError, as if the library were not installed."""
+
+    def __init__(self, names: tuple[str, ...]) -> None:
+        self.names = frozenset(names)
+
+    def find_spec(self, fullname: str, path: object = None, target: object = None) -> None:
+        if fullname.partition(".")[0] in self.names:
+            raise ModuleNotFoundError(f"No module named {fullname!r} (withheld while the forkserver preloads: "
+                                      "crawl.forkserver)", name=fullname)
+
+
+_finder = _Withheld(WITHHELD)
+sys.meta_path.insert(0, _finder)
+try:
+    import_task_modules()
+    pa.array([0])  # pyarrow's pandas shim tries its import here, once, and finds none
+finally:
+    sys.meta_path.remove(_finder)
 
 _sink = pa.BufferOutputStream()
 pq.write_table(pa.table({"warm": [1]}), _sink)

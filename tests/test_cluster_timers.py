@@ -38,6 +38,7 @@ def test_embedded_workers_run_with_fewer_timers(tmp_path, wait):
         "distributed.admin.system-monitor.interval": "2s",
         "distributed.nanny.pre-spawn-environ": {"OMP_NUM_THREADS": 1, "MKL_NUM_THREADS": 1, "OPENBLAS_NUM_THREADS": 1},
         "distributed.worker.multiprocessing-method": "forkserver",
+        "distributed.scheduler.worker-saturation": 1.0,
     }
     # the worker process's own environment, as glibc and the math libraries read it at start: one
     # thread each, and no fixed malloc trim threshold (distributed's default sets 65536)

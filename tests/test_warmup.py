@@ -117,8 +117,9 @@ def test_warm_driver_imports_what_update_and_reprioritise_import_first() -> None
 def _forked_from_the_forkserver() -> tuple[bool, int]:
     import gc
 
-    # the forkserver's one-offs: pandas imported by a Parquet read, start-up objects frozen before the fork
-    warm = "pandas" in sys.modules and gc.get_freeze_count() > 100_000
+    # the forkserver's one-offs: start-up objects frozen before the fork; SciPy and pandas, which numba's BLAS
+    # probe and pyarrow's pandas shim would import, withheld (crawl.forkserver)
+    warm = gc.get_freeze_count() > 100_000 and not any(m in sys.modules for m in ("pandas", "scipy"))
     return "crawl.forkserver" in sys.modules and warm, os.getppid()
 
 
