@@ -50,6 +50,10 @@ def tree_at(rev: str, dest: Path) -> Path:
     dest.mkdir(parents=True, exist_ok=True)
     archive = subprocess.run(["git", "archive", rev, "crawl"], cwd=REPO, check=True, capture_output=True).stdout
     subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)
+    # numba's on-disk cache is per source path: compile the extracted tree's fingerprint kernels now, or the
+    # baseline's first run pays ~10 s of compiling (seen as a 30-40 s first request) and skews its median
+    subprocess.run([sys.executable, "-c", "from crawl.fingerprint import warm_up; warm_up()"], check=True,
+                   env={**os.environ, "PYTHONPATH": str(dest)}, cwd=dest, timeout=600)
     return dest
 
 

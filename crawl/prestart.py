@@ -17,7 +17,9 @@ its CPU was spent for nothing, the run is the same.
 
 from __future__ import annotations
 
+import json
 import os
+import re
 from collections.abc import Mapping, Sequence
 
 #: What the embedded cluster's forkserver imports before it forks a worker (:mod:`crawl.forkserver`).
@@ -49,9 +51,9 @@ def start() -> None:
 
 def embedded_cluster_likely(argv: Sequence[str], environ: Mapping[str, str] | None = None) -> bool:
     """Whether the command line ``argv`` (without the program name) will start an embedded cluster, as far
-    as can be told without parsing the config: a cluster command, no ``--dask-address``, no
-    ``dask_address`` in ``--set``/``--config-json``/the ``--config`` file, none in ``CRAWL_DASK_ADDRESS``,
-    not ``--help``."""
+    as can be told without building the config: a cluster command, not ``--help``, and no scheduler address
+    in ``--dask-address``, ``--set dask_address=…``, ``--config-json`` (the Airflow DAG passes its whole
+    config there), a ``dask_address:`` line of the ``--config`` file, or ``CRAWL_DASK_ADDRESS``."""
     env = os.environ if environ is None else environ
     args = list(argv)
     if not args or (args[0] not in CLUSTER_COMMANDS and args[0] != "step"):
@@ -61,17 +63,29 @@ def embedded_cluster_likely(argv: Sequence[str], environ: Mapping[str, str] | No
     if env.get("CRAWL_DASK_ADDRESS", "").strip():
         return False
     for i, a in enumerate(args):
-        if a in ("-h", "--help") or a.startswith("--dask-address") or "dask_address" in a:
+        value = a.split("=", 1)[1] if a.startswith("--") and "=" in a else (args[i + 1] if i + 1 < len(args) else "")
+        if a in ("-h", "--help") or (a.startswith("--dask-address") and value.strip()):
             return False
-        if a == "--config" or a.startswith("--config="):
-            path = a.split("=", 1)[1] if "=" in a else (args[i + 1] if i + 1 < len(args) else "")
+        if a.startswith("--set") and re.fullmatch(r"\s*dask_address\s*=\s*\S.*", value):
+            return False
+        if a.startswith("--config-json"):
             try:
-                with open(path, encoding="utf-8", errors="replace") as f:
-                    if "dask_address" in f.read():
+                if str(json.loads(value).get("dask_address") or "").strip():
+                    return False
+            except (ValueError, AttributeError):
+                return False  # the CLI reports it
+        if a == "--config" or a.startswith("--config="):
+            try:
+                with open(value, encoding="utf-8", errors="replace") as f:
+                    if _YAML_ADDRESS.search(f.read()):
                         return False
             except OSError:
                 return False  # the CLI reports it
     return True
+
+
+# a ``dask_address:`` line of a YAML config with a value other than empty, "" or '' or null
+_YAML_ADDRESS = re.compile(r"""^\s*dask_address\s*:\s*(?!(?:""|''|~|null)?\s*(?:#.*)?$)\S""", re.M)
 
 
 def start_for_argv(argv: Sequence[str]) -> bool:

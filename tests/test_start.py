@@ -69,11 +69,16 @@ def test_which_command_lines_start_the_forkserver_early(tmp_path) -> None:
     assert not embedded_cluster_likely(["run", "--dask-address=tcp://s:8786"], {})
     assert not embedded_cluster_likely(["run", "--set", "dask_address=tcp://s:8786"], {})
     assert not embedded_cluster_likely(["run", "--config-json", '{"dask_address": "tcp://s:8786"}'], {})
+    # the Airflow DAG's steps pass their whole config, an empty dask_address among it
+    assert embedded_cluster_likely(["step", "fetch_parse", "--config-json", '{"dask_address": "", "x": 1}'], {})
+    assert not embedded_cluster_likely(["step", "fetch_parse", "--config-json", "not json"], {})
+    assert embedded_cluster_likely(["run", "--dask-address", ""], {})
+    assert embedded_cluster_likely(["run", "--set", "max_pages=3"], {})
     assert not embedded_cluster_likely(["run"], {"CRAWL_DASK_ADDRESS": "tcp://s:8786"})
     assert embedded_cluster_likely(["run"], {"CRAWL_DASK_ADDRESS": " "})
     with_address, without = tmp_path / "a.yaml", tmp_path / "b.yaml"
     with_address.write_text("dask_address: tcp://s:8786\n")
-    without.write_text("max_pages: 10\n")
+    without.write_text("max_pages: 10\ndask_address: ''  # embedded\n")
     assert not embedded_cluster_likely(["run", "--config", str(with_address)], {})
     assert not embedded_cluster_likely(["run", f"--config={with_address}"], {})
     assert embedded_cluster_likely(["run", "--config", str(without)], {})
