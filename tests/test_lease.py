@@ -74,7 +74,11 @@ def test_two_concurrent_rounds_exactly_one_runs(web, tmp_path):
 
 
 def test_killed_owner_lease_is_taken_over_after_expiry(web, tmp_path):
-    cfg = _cfg(tmp_path / "root", web, max_pages=80, lease_expiry_s=10.0)
+    # max_crawl_delay_s sets the quiet period (quiet_s): the rerun, started 0.2 s after the dead lease expired,
+    # must reach its fetch step before that period ends for the lease to wait (asserted below); with 1 s it had
+    # 2.3 s for its start, inject and generate, too little on a loaded box once the CLI's embedded forkserver
+    # preloads from its first moment on the other core (crawl.prestart)
+    cfg = _cfg(tmp_path / "root", web, max_pages=80, lease_expiry_s=10.0, max_crawl_delay_s=4.0)
     store = Store(cfg.root, cfg.crawl_id)
     rnd.run_round(cfg, web.seed_urls(4), T0)
     since = time.time()

@@ -46,13 +46,13 @@ def _python_m_crawl(*args: str, env: dict[str, str] | None = None) -> list[str]:
 def test_python_m_crawl_spawns_the_forkserver_before_the_cli_imports(tmp_path) -> None:
     root = str(tmp_path / "root")
     # crawl run: zero rounds still enters (and closes) its embedded cluster
-    assert _python_m_crawl("run", "--root", root, "--rounds", "0", "--no-dashboard") == [
+    assert _python_m_crawl("run", "--root", root, "--rounds", "0", "--no-dashboard")[:2] == [
         "forkserver-before-config True", "exit 0"]
     # crawl round with nothing due: started early too (the command then ends without a cluster; the report of
     # a round that fetched nothing fails to build on a crawl that never fetched, as before: not asserted here)
     assert _python_m_crawl("round", "--root", root, "--no-dashboard")[0] == "forkserver-before-config True"
     # commands without a cluster, or with an external scheduler, spawn none
-    assert _python_m_crawl("stats", "--root", root) == ["forkserver-before-config False", "exit 0"]
+    assert _python_m_crawl("stats", "--root", root)[:2] == ["forkserver-before-config False", "exit 0"]
     assert _python_m_crawl("round", "--root", root, "--dask-address", "tcp://127.0.0.1:1", "--set",
                            "dask_wait_for_workers_s=1")[0] == "forkserver-before-config False"
 
