@@ -297,6 +297,52 @@ def _degraded(summaries: list[dict[str, Any]], strict: bool) -> int:
     return EXIT_DEGRADED if bad and strict else 0
 
 
+class _Reports:
+    """``crawl run``'s per-round HTML reports, each written in a thread while the run goes on.
+
+    Why: a report (DuckDB queries over the published round, ~0.1-0.2 s) needs nothing of the next round
+    and the next round nothing of it, yet it sat between publish and the next round's generate, with no
+    request in flight (bench/RESULTS.md, "Between rounds (session 8, helper gaps)"). Round N's report
+    now runs beside round N+1's generate and fetch, and the last round's beside the cluster's close.
+
+    At most one is in flight: :meth:`wait` joins it and raises its error, if any, in the caller's thread.
+    The run waits for round N's report before round N+1's update (so a report never overlaps the steps
+    that write the next CrawlDb version, index and links), and for the last one before it ends: every
+    report exists before the process exits, and a failed report still fails the run (then with round
+    N+1 fetched, not published: resumable like any interrupted round).
+    """
+
+    def __init__(self, cfg: CrawlConfig, progress: Any) -> None:
+        self.cfg, self.progress = cfg, progress
+        self._thread: Any = None
+        self._error: BaseException | None = None
+
+    def start(self, round_no: int) -> None:
+        import threading
+
+        self.wait()
+
+        def write() -> None:
+            from crawl import round as rnd
+
+            try:
+                self.progress(f"round {round_no} report: {rnd.report(self.cfg, round_no)['path']}")
+            except BaseException as exc:  # re-raised by wait(), in the run's thread
+                self._error = exc
+
+        self._thread = threading.Thread(target=write, name=f"report-{round_no}")
+        self._thread.start()
+
+    def wait(self, raise_error: bool = True) -> None:
+        """Join the report in flight; raise its error (``raise_error``: not while another one propagates)."""
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        err, self._error = self._error, None
+        if err is not None and raise_error:
+            raise err
+
+
 def _run_rounds(cfg: CrawlConfig, args: argparse.Namespace) -> int:
     from datetime import timedelta
 
@@ -311,22 +357,28 @@ def _run_rounds(cfg: CrawlConfig, args: argparse.Namespace) -> int:
     if args.seeds:
         rnd.validate_seeds(args.seeds, cfg)
     # A live bar per step on a terminal (pages/s, ETA), plain lines otherwise (crawl.progress).
-    with held(cfg, phase="run") as lease, make_progress() as progress, dask_client(
-            cfg, announce=progress, wait_for_embedded_workers=False) as client:
-        for i in range(args.rounds):
-            now = (start + timedelta(seconds=i * cfg.round_duration_s)) if start else datetime.now(UTC)
-            summary = rnd.run_round(cfg, args.seeds if i == 0 else None, now, progress=progress, client=client,
-                                    lease=lease)
-            progress(f"round {summary['round']} report: {rnd.report(cfg, summary['round'])['path']}")
-            summaries.append(summary)
-            fp, up = summary["fetch_parse"], summary["update"]
-            totals["fetched"] += fp.get("fetched", 0)
-            totals["seconds"] += fp.get("seconds", 0.0)
-            totals["new_urls"] += up.get("new_urls", 0)
-            totals["duplicates"] += up.get("duplicates", 0)
-            totals["near_duplicates"] += up.get("near_duplicates", 0)
-            st = up.get("status", {})
-            totals["errors"] += sum(st.get(s, 0) for s in ("retry", "http_error", "gone"))
+    with held(cfg, phase="run") as lease, make_progress() as progress:
+        reports = _Reports(cfg, progress)  # written beside the next round (or the close), under the lease
+        try:
+            with dask_client(cfg, announce=progress, wait_for_embedded_workers=False) as client:
+                for i in range(args.rounds):
+                    now = (start + timedelta(seconds=i * cfg.round_duration_s)) if start else datetime.now(UTC)
+                    summary = rnd.run_round(cfg, args.seeds if i == 0 else None, now, progress=progress,
+                                            client=client, lease=lease, before_update=reports.wait)
+                    reports.start(summary["round"])
+                    summaries.append(summary)
+                    fp, up = summary["fetch_parse"], summary["update"]
+                    totals["fetched"] += fp.get("fetched", 0)
+                    totals["seconds"] += fp.get("seconds", 0.0)
+                    totals["new_urls"] += up.get("new_urls", 0)
+                    totals["duplicates"] += up.get("duplicates", 0)
+                    totals["near_duplicates"] += up.get("near_duplicates", 0)
+                    st = up.get("status", {})
+                    totals["errors"] += sum(st.get(s, 0) for s in ("retry", "http_error", "gone"))
+        except BaseException:
+            reports.wait(raise_error=False)  # the run's own error wins; the report still ends before exit
+            raise
+        reports.wait()
     rate = totals["fetched"] / totals["seconds"] if totals["seconds"] else 0.0
     print(f"summary: {args.rounds} round(s), {totals['fetched']} fetched, {totals['new_urls']} new URLs, "
           f"{totals['duplicates']} duplicates, {totals['near_duplicates']} near-duplicates, "

@@ -467,18 +467,22 @@ def report(cfg: CrawlConfig, round_no: int, origin: dict[str, Any] | None = None
 
 
 def run_round(cfg: CrawlConfig, seeds: Sequence[str] | None = None, now: datetime | None = None,
-              progress: Progress | None = None, client: Any = None, lease: Lease | None = None) -> dict[str, Any]:
-    """inject (if seeds) → generate → fetch+parse → update → reprioritise → publish, under one lease."""
+              progress: Progress | None = None, client: Any = None, lease: Lease | None = None,
+              before_update: Callable[[], None] | None = None) -> dict[str, Any]:
+    """inject (if seeds) → generate → fetch+parse → update → reprioritise → publish, under one lease.
+
+    ``before_update``: called between fetch+parse and update (``crawl run`` waits there for the previous
+    round's report, written meanwhile in a thread; an exception it raises ends the round there)."""
     now = _utc(now)
     steps = steps_of(progress)  # a bar per step on a terminal (crawl.progress); plain callables: lines only
     if seeds:
         validate_seeds(seeds, cfg)
     with held(cfg, lease, phase="round") as lz:
-        return _run_round(cfg, seeds, now, progress, client, lz, steps)
+        return _run_round(cfg, seeds, now, progress, client, lz, steps, before_update)
 
 
 def _run_round(cfg: CrawlConfig, seeds: Sequence[str] | None, now: datetime, progress: Progress | None,
-               client: Any, lease: Lease, steps: Any) -> dict[str, Any]:
+               client: Any, lease: Lease, steps: Any, before_update: Callable[[], None] | None = None) -> dict[str, Any]:
     if seeds:
         steps.start("inject")
         inject(cfg, seeds, now, lease=lease)
@@ -492,6 +496,8 @@ def _run_round(cfg: CrawlConfig, seeds: Sequence[str] | None, now: datetime, pro
     steps.start("fetch_parse", total=gen["urls"])
     fp = fetch_parse(cfg, n, now, progress, client, lease=lease)
     steps.finish()
+    if before_update is not None:
+        before_update()
     steps.start("update")
     up = update(cfg, n, now, client, lease=lease)
     steps.finish()
