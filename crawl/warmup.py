@@ -35,9 +35,13 @@ crawling (``bench/RESULTS.md``, "Fixed costs of a whole run"):
   CPU, which the warm-up, started when a worker is up, had not finished when a short first round's
   fetch was done (update then waited on it).
 
-Tried and reverted (same section): writing a round's report while the next round runs, importing
-SciPy/matplotlib and starting the cluster in background threads -- on 2 cores such overlap only
-competes with the workers.
+- after its exit handlers the CLI process still tore down its modules and native libraries' state, with
+  nothing left to write: ``python -m crawl`` ends right after them (:func:`end_after_exit_handlers`).
+
+Tried and reverted (same section): importing SciPy/matplotlib and starting the cluster in background
+threads -- on 2 cores such overlap only competes with the workers. (Writing a round's report while the
+next round runs was reverted then too, when a report took 1-3 s of matplotlib; at ~0.1-0.3 s of DuckDB
+it now runs beside the next round's generate and fetch: ``crawl.cli._Reports``, session 8.)
 """
 
 from __future__ import annotations
@@ -103,11 +107,42 @@ def no_numpy_hugepages() -> None:
 
 def skip_final_gc() -> None:
     """At interpreter exit (after the other exit handlers), freeze every object so the final
-    garbage collection skips them. Idempotent."""
+    garbage collection skips them; and once :func:`end_after_exit_handlers` gave the exit status, end
+    the process right there. Idempotent."""
     global _registered
     if not _registered:
-        atexit.register(gc.freeze)  # registered first, runs last: after every other exit handler
+        atexit.register(_last_exit_handler)  # registered first, runs last: after every other exit handler
         _registered = True
+
+
+_exit_status: int | None = None
+
+
+def _last_exit_handler() -> None:
+    gc.freeze()
+    if _exit_status is not None:
+        import sys
+
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        os._exit(_exit_status)
+
+
+def end_after_exit_handlers(status: int | None) -> None:
+    """Make the process end with ``status`` as soon as its exit handlers have run (the last one
+    registered by :func:`skip_final_gc`, which must have been called first), skipping the interpreter's
+    own finalization. ``python -m crawl`` calls it with :func:`crawl.cli.main`'s status.
+
+    Why: after the exit handlers (non-daemon threads already joined, then multiprocessing's cleanup,
+    logging's flush, ...) the interpreter still tore down its modules and the native libraries'
+    state (DuckDB's in-memory database, Arrow's memory pool, ...): 0.1-0.2 s at the end of every
+    ``crawl run`` on this box with nothing left to write (bench/RESULTS.md, "Between rounds (session 8,
+    helper gaps)"). Nothing of ours needs it: every output is written and closed (``Store`` writes
+    atomically) before ``main`` returns, and the only open files then are stdout and stderr, flushed here.
+    """
+    global _exit_status
+    _exit_status = 0 if status is None else int(status)
 
 
 def import_task_modules() -> None:

@@ -76,6 +76,35 @@ def test_the_cli_process_exit_freezes_the_heap() -> None:
     assert int(out.stdout.split()[-1]) > 0
 
 
+def test_python_m_crawl_ends_after_its_exit_handlers_with_its_status_and_its_whole_output(tmp_path) -> None:
+    # crawl/__main__.py as `python -m crawl` runs it (runpy), after an exit handler registered before the
+    # command (it runs after crawl.warmup's last one: only if the process did not end there) and with one
+    # registered while the command runs (it must run); stdout is a pipe, block-buffered without
+    # PYTHONUNBUFFERED, and `-m` (like `-c`) does not flush it when its code ends
+    code = ("import atexit, os, runpy, sys\n"
+            "atexit.register(os.write, 2, b'interpreter went on\\n')\n"
+            "import crawl.cli\n"
+            "run = crawl.cli.main\n"
+            "def main(argv=None):\n"
+            "    status = run(argv)\n"
+            "    atexit.register(os.write, 2, b'handler ran\\n')\n"
+            "    return status\n"
+            "crawl.cli.main = main\n"
+            "sys.argv = ['crawl', *sys.argv[1:]]\n"
+            "runpy.run_module('crawl', run_name='__main__', alter_sys=True)\n")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    stats = subprocess.run([sys.executable, "-c", code, "stats", "--root", str(tmp_path / "none")],
+                           capture_output=True, text=True, timeout=120, env=env)
+    assert stats.returncode == 0, stats.stderr[-2000:]
+    assert stats.stdout == "null\n", stats.stdout  # no crawl there; flushed before the process ended
+    assert "handler ran" in stats.stderr
+    assert "interpreter went on" not in stats.stderr  # ended right after crawl.warmup's handler
+    bad = subprocess.run([sys.executable, "-c", code, "stats", "--root", str(tmp_path), "--set", "max_pages=-1"],
+                         capture_output=True, text=True, timeout=120, env=env)
+    assert bad.returncode == 2 and "max_pages" in bad.stderr, (bad.returncode, bad.stderr[-2000:])
+    assert "handler ran" in bad.stderr and "interpreter went on" not in bad.stderr
+
+
 def test_the_cli_process_runs_one_math_thread_unless_told_otherwise() -> None:
     import os
 
