@@ -144,7 +144,8 @@ def open_view(root: str, crawl_id: str, as_of: int | None = None) -> CrawlView:
     cid = crawl_id.replace("'", "")
 
     def source(name: str, rel_dir: str, glob: str, schema: pa.Schema, select: str, where: str) -> None:
-        if n > 0 and store.ls(rel_dir):
+        # files, not the directory: a crawl whose rounds fetched nothing yet has rounds/ but no fetched/
+        if n > 0 and store.ls(rel_dir) and store.fs.glob(store.abs(glob)):
             src = (f"read_parquet('{prefix}/{glob}', union_by_name = true, hive_partitioning = false, "
                    f"filename = true)")
             con.execute(f"CREATE TEMP VIEW {name} AS SELECT * FROM (SELECT *, {select} FROM {src}) WHERE {where}")

@@ -355,3 +355,21 @@ def test_report_file_of_a_degraded_round_says_so_and_why(make_simweb, tmp_path):
     one = HTMLParser(Path(proc.stdout.strip()).read_text(encoding="utf-8"))
     assert one.css_first("#degraded") is None
     assert one.css_first('table#rounds tr[data-round="1"] [data-k="health"]').text().strip() == "healthy"
+
+
+def test_a_round_of_a_crawl_with_nothing_to_fetch_publishes_and_reports(tmp_path):
+    """``crawl round`` on a new crawl without seeds (an Airflow schedule before anyone injected): the round
+    is published empty and its report is written. The report had opened ``rounds/*/fetched/*.parquet``
+    because ``rounds/`` existed, and DuckDB refused the empty glob after the round was published."""
+    root = tmp_path / "root"
+    proc = subprocess.run([sys.executable, "-m", "crawl", "round", "--root", str(root), "--crawl-id", "empty",
+                           "--workers", "1", "--no-dashboard"], cwd=str(REPO), capture_output=True, text=True,
+                          timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    path = root / "reports" / "crawl=empty" / "round=00001.html"
+    assert path.exists()
+    assert Store(str(root), "empty").current_round() == 1
+    doc = HTMLParser(path.read_text(encoding="utf-8"))
+    assert doc.css_first("svg.chart") is not None
+    rep = _cli("--root", str(root), "--crawl-id", "empty")
+    assert rep.returncode == 0, rep.stderr[-3000:]
