@@ -29,6 +29,14 @@ _gc_users = 0
 _gc_saved: tuple[int, int, int] | None = None
 _pause_users = 0
 _pause_was_enabled = False
+_pause_stop: threading.Event | None = None
+
+#: While the collector is paused, generations 0-1 are still collected this often (seconds), from a side
+#: thread: a fetch may run for a round's whole duration (an hour by default), and the cycles it makes
+#: (Protego's rules; an exception kept with its traceback on a host that fails) would otherwise wait
+#: for its end. Each collection scans only what was allocated since the previous one (survivors move
+#: to the old generation, which waits for the end), so it stays ~1 % of the loop's time or less.
+PAUSED_GC_COLLECT_S = 30.0
 
 
 @contextlib.contextmanager
@@ -62,21 +70,36 @@ def paused_gc() -> Iterator[None]:
     objects per 1,000 pages (Protego's rule objects), so little waits for that collection; other
     threads of the process (a Dask worker's) keep their cycles until then too. Counted like
     :func:`relaxed_gc`: several fetch tasks in one worker pause it together, the last one out
-    re-enables it.
+    re-enables it. Meanwhile generations 0-1 are still collected every :data:`PAUSED_GC_COLLECT_S`, so
+    what a long fetch leaves in cycles stays bounded.
     """
-    global _pause_users, _pause_was_enabled
+    global _pause_users, _pause_was_enabled, _pause_stop
     with _gc_lock:
         if _pause_users == 0:
             _pause_was_enabled = gc.isenabled()
             gc.disable()
+            _pause_stop = threading.Event()
+            threading.Thread(target=_collect_young_until, args=(_pause_stop,), name="paused-gc",
+                             daemon=True).start()
         _pause_users += 1
     try:
         yield
     finally:
         with _gc_lock:
             _pause_users -= 1
-            if _pause_users == 0 and _pause_was_enabled:
-                gc.enable()
+            if _pause_users == 0:
+                if _pause_stop is not None:
+                    _pause_stop.set()
+                    _pause_stop = None
+                if _pause_was_enabled:
+                    gc.enable()
+
+
+def _collect_young_until(stop: threading.Event) -> None:
+    """Collect generations 0-1 every :data:`PAUSED_GC_COLLECT_S` until ``stop`` is set: the bound on
+    what a paused collector leaves waiting (read at each wait, so a test can shorten it)."""
+    while not stop.wait(PAUSED_GC_COLLECT_S):
+        gc.collect(1)
 
 
 __all__ = ["GC_YOUNG_THRESHOLD", "paused_gc", "relaxed_gc"]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gc
 import threading
+import time
 from pathlib import Path
 
 from crawl.gctune import GC_YOUNG_THRESHOLD, paused_gc, relaxed_gc
@@ -96,6 +97,35 @@ def test_paused_gc_nests_overlaps_and_restores_the_collector() -> None:
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+def test_a_paused_collector_still_frees_cycles_within_its_interval(monkeypatch) -> None:
+    """Paused for an hour-long fetch, the collector still frees reference cycles every
+    PAUSED_GC_COLLECT_S (a side thread's young collections), and that thread ends with the pause."""
+    import weakref
+
+    from crawl import gctune
+
+    monkeypatch.setattr(gctune, "PAUSED_GC_COLLECT_S", 0.05)
+
+    class Node:
+        pass
+
+    with paused_gc():
+        a, b = Node(), Node()
+        a.other, b.other = b, a  # a cycle: only the cyclic collector frees it
+        gone = weakref.ref(a)
+        del a, b
+        deadline = time.monotonic() + 10
+        while gone() is not None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert gone() is None
+        assert not gc.isenabled()
+    assert gc.isenabled()
+    deadline = time.monotonic() + 5
+    while any(t.name == "paused-gc" for t in threading.enumerate()) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert not any(t.name == "paused-gc" for t in threading.enumerate())
 
 
 def test_the_fetch_loop_runs_with_the_collector_paused(simweb, tmp_path: Path) -> None:
