@@ -165,8 +165,8 @@ def dask_client(cfg: CrawlConfig, announce: Callable[[str], None] | None = None,
 
 def start_forkserver(cfg: CrawlConfig) -> None:
     """Start the embedded cluster's forkserver now, when ``cfg`` will use one (no ``dask_address``), so its
-    preload (distributed, the task modules, the fingerprint kernel, pandas: ~1.4 s of CPU in a fresh
-    process) runs on the other core while this process imports its own modules and builds the cluster.
+    preload (distributed, the task modules, the fingerprint kernel; SciPy and pandas withheld:
+    :mod:`crawl.forkserver`, ~1.6 s of CPU in a fresh process) runs on the other core while this process imports its own modules and builds the cluster.
     :func:`dask_client` then finds it running; without this call it starts it itself. Cheap
     (multiprocessing only); stop it with :func:`stop_forkserver` if no cluster follows."""
     if cfg.dask_address:
