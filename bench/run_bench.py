@@ -12,7 +12,7 @@ step's wall time, and the report of each round (publish done -> "round N report:
 Why: at this size most of a ``crawl run``'s wall time is not crawling (bench/RESULTS.md, "Fixed costs of
 a whole run"); this measures that part alone, on a shared box, as a same-run ratio.
 
-    python bench/run_bench.py [--reps 3] [--baseline-rev main] [--rounds 3] [--max-pages 2000] [--json out]
+    python bench/run_bench.py [--reps 3] [--baseline-rev main] [--rounds 3] [--max-pages 2000] [--json out] [--warm]
 
 Ends with ``RESULT run_wall_s=… baseline=… ratio=… fixed_s=… fixed_baseline=…`` (medians; ratio =
 baseline / current, above 1 = faster; fixed = first request + gaps + tail).
@@ -38,7 +38,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
-from scrapy_bench import scope_regex, timeline  # noqa: E402
+from scrapy_bench import scope_regex, timeline, warm_server  # noqa: E402
 
 from crawl.simweb.launch import launch  # noqa: E402
 from crawl.simweb.launch import stop as stop_process  # noqa: E402
@@ -68,11 +68,18 @@ REPORT = re.compile(r"^round (\d+) report: ")
 
 def run_once(tree: Path, seeds: list[str], hosts: int, seed: int, rounds: int, max_pages: int,
              per_host: int, work: Path, extra: list[str], py_args: list[str] | None = None,
-             wrap: tuple[str, ...] = ()) -> dict:
-    """One ``crawl run`` of ``tree`` against a fresh simulated web: timings from outside the process."""
+             wrap: tuple[str, ...] = (), warm: bool = False) -> dict:
+    """One ``crawl run`` of ``tree`` against a fresh simulated web (every page of the seeds' hosts
+    rendered once first with ``warm``, as scrapy_bench.py does): timings from outside the process."""
     work.mkdir(parents=True, exist_ok=True)
     log = work / "access.jsonl"
     proc, port = launch(hosts, seed, log)
+    if warm:
+        try:
+            warm_server(port, hosts, seed, seeds)
+        except BaseException:
+            stop_process(proc)
+            raise
     env = {**os.environ, "PYTHONPATH": str(tree)}
     cmd = [*wrap, sys.executable, *(py_args or []), "-m", "crawl", "run", "--root", str(work / "root"), "--crawl-id", "bench",
            "--resolve", f"*.sim.test=127.0.0.1:{port}", "--delay", "0", "--max-pages", str(max_pages),
@@ -132,6 +139,8 @@ def main() -> None:
                                                         "(e.g. a setting against the baseline's default)")
     ap.add_argument("--json", help="write every run's figures here")
     ap.add_argument("--wrap", default="", help="a command the crawl run runs under (e.g. 'py-spy record -o F --')")
+    ap.add_argument("--warm", action="store_true", help="render every page of the seeds' hosts before each run "
+                    "(a warm simulated web, as scrapy_bench.py has; not timed)")
     ap.add_argument("--keep", action="store_true", help="keep the crawl roots and access logs")
     ap.add_argument("--show-lines", action="store_true", help="print the CLI's step lines with their arrival times")
     ap.add_argument("--py-args", default="", help="interpreter arguments before -m crawl (e.g. '-X importtime', "
@@ -149,7 +158,7 @@ def main() -> None:
                 r = run_once(tree, seeds, args.hosts, args.seed, args.rounds, args.max_pages, args.per_host,
                              work / f"{name}-{rep}",
                              args.extra.split() + (args.current_extra.split() if name == "current" else []),
-                             args.py_args.split(), tuple(args.wrap.split()))
+                             args.py_args.split(), tuple(args.wrap.split()), args.warm)
                 r["load"] = round(os.getloadavg()[0], 1)
                 lines = r.pop("lines")
                 if args.show_lines:
