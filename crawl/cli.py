@@ -177,6 +177,7 @@ def _dispatch(args: argparse.Namespace, cfg: CrawlConfig) -> int:
     if not _uses_embedded_cluster(args):
         return _command(args, cfg)
     from crawl.cluster import start_forkserver, stop_forkserver
+    from crawl.withhold import pyarrow_without_pandas
 
     # The embedded cluster's forkserver preloads the workers' modules (~1.5 s of CPU) on the other core
     # while this process imports its own, starts the scheduler, injects and generates: the workers are
@@ -185,6 +186,9 @@ def _dispatch(args: argparse.Namespace, cfg: CrawlConfig) -> int:
     # by the cluster's close, or here when the command ends without one (failed before it, nothing due,
     # or a dask_address the early start could not see).
     start_forkserver(cfg)
+    # pyarrow's first pa.array (inject, generate) would import pandas only to ask whether its argument is a
+    # pandas object: ~0.25 s of CPU before round 1's submits, beside the forkserver's preload (crawl.withhold)
+    pyarrow_without_pandas()
     try:
         return _run_rounds(cfg, args) if args.cmd == "run" else _command(args, cfg)
     finally:

@@ -178,11 +178,16 @@ def _forkserver_preload() -> None:
     """Have the forkserver import :mod:`crawl.forkserver` (the task modules, the fingerprint kernel) before
     it forks the first worker, and start it. Called in the embedded config block: distributed's own choice
     of preload (``get_mp_context``, once per process) is made first, then replaced by ours; a forkserver
-    already started by :func:`start_forkserver` keeps running."""
+    already started by :func:`start_forkserver` keeps running. That choice imports every package of
+    distributed's list that is installed, pandas among them: withheld (:mod:`crawl.withhold`), since the
+    list is discarded and nothing here uses pandas."""
     import dask
     from distributed.utils import get_mp_context
 
-    get_mp_context()
+    from crawl.withhold import withheld
+
+    with withheld("pandas"):  # one of its "optional packages", ~0.25 s of CPU in this process for nothing
+        get_mp_context()
     if dask.config.get("distributed.worker.multiprocessing-method") == "forkserver":
         start_embedded_forkserver()  # our preload (after get_mp_context's); it starts before the scheduler does, not after it
 

@@ -5,7 +5,7 @@ them itself (:mod:`crawl.warmup`).
 
 This preload is the critical path of a ``crawl run``'s start (the driver has injected, generated and
 submitted round 1 before it ends: bench/RESULTS.md, "(session 8, helper start)"), so it imports nothing the
-workers never use. Two libraries are *withheld* while it runs (:class:`_Withheld`: their import fails), ~0.5 s
+workers never use. Two libraries are *withheld* while it runs (:func:`crawl.withhold.withheld`: their import fails), ~0.5 s
 of its ~2 s of CPU:
 
 - SciPy: numba's first kernel load registers numba's NumPy implementations, and ``numba.np.arraymath`` imports
@@ -28,37 +28,19 @@ that live as long as the process anyway.
 """
 
 import gc
-import sys
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from crawl.warmup import import_task_modules
+from crawl.withhold import pyarrow_without_pandas, withheld
 
 #: Libraries whose import fails while the forkserver preloads (see the module's docstring).
 WITHHELD = ("scipy", "pandas")
 
-
-class _Withheld:
-    """A ``sys.meta_path`` finder under which ``import NAME`` (or a submodule) of ``names`` raises
-    ModuleNotFoundError, as if the library were not installed."""
-
-    def __init__(self, names: tuple[str, ...]) -> None:
-        self.names = frozenset(names)
-
-    def find_spec(self, fullname: str, path: object = None, target: object = None) -> None:
-        if fullname.partition(".")[0] in self.names:
-            raise ModuleNotFoundError(f"No module named {fullname!r} (withheld while the forkserver preloads: "
-                                      "crawl.forkserver)", name=fullname)
-
-
-_finder = _Withheld(WITHHELD)
-sys.meta_path.insert(0, _finder)
-try:
+with withheld(*WITHHELD):
     import_task_modules()
-    pa.array([0])  # pyarrow's pandas shim tries its import here, once, and finds none
-finally:
-    sys.meta_path.remove(_finder)
+pyarrow_without_pandas()  # pyarrow's pandas shim tries its import here, once, and finds none
 
 _sink = pa.BufferOutputStream()
 pq.write_table(pa.table({"warm": [1]}), _sink)
