@@ -40,14 +40,10 @@ HTML policy:
 from __future__ import annotations
 
 import codecs
-import contextlib
 import importlib
 import importlib.metadata
 import logging
-import os
 import re
-import stat
-import sys
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -59,9 +55,19 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from selectolax.lexbor import LexborCSSSelector, LexborHTMLParser
 
-from crawl.config import PARSER_SPEC_RE, PRODUCT_TOKEN
+from crawl.config import PRODUCT_TOKEN
 from crawl.fingerprint import collapse_many, fingerprints_many
 from crawl.gctune import relaxed_gc
+from crawl.parsers import (  # noqa: F401 - re-exported: plugins and callers use them from here
+    _MIME_RE,
+    ENTRY_POINT_GROUP,
+    ParserLoadError,
+    _bare_mime,
+    find_parsers,
+    installed_entry_points,
+    load_parser,
+    parser,
+)
 from crawl.records import FETCHED, LINK_SCHEMA, PAGE_SCHEMA, REDIRECT
 from crawl.url import WEB_SCHEMES, resolve_many
 from crawl.url.links import first_rows, resolve_run_keys
@@ -117,14 +123,7 @@ _PARSERS: dict[str, Parser] = {}
 # so that ``import crawl.parse`` stays light and those modules can import this one
 _BUILTIN_MODULES = ("crawl.media", "crawl.ftp")
 _builtins_loaded = False
-ENTRY_POINT_GROUP = "recrawl.parsers"
-_MIME_RE = re.compile(r"^[a-z0-9][a-z0-9!#$&^_.+-]*/[a-z0-9][a-z0-9!#$&^_.+-]*$")
-_SPEC_RE = PARSER_SPEC_RE  # one definition: crawl.config validates the same shape
 _installed: dict[tuple[str, ...], dict[str, str]] = {}  # (entry points, names) -> what install_parsers did
-
-
-class ParserLoadError(ValueError):
-    """A parser named by config or entry point cannot be loaded; the message names it."""
 
 
 def _load_builtins() -> None:
@@ -152,126 +151,6 @@ def parser_for(mime: str | None) -> Parser | None:
     return _PARSERS.get(_bare_mime(mime or ""))
 
 
-def parser(*mime_types: str) -> Callable[[Parser], Parser]:
-    """Declare the MIME types a parser function handles, for :func:`install_parsers`::
-
-        @parser("application/x-foo")
-        def parse_foo(url: str, payload: bytes, headers: Mapping[str, str]) -> ParsedDoc: ...
-
-    Decorating does not register (importing a plugin module has no effect by itself); naming the
-    function in the ``parsers`` config key or in a ``recrawl.parsers`` entry point does.
-    """
-    for m in mime_types:
-        if not _MIME_RE.match(_bare_mime(m)):
-            raise ValueError(f"not a MIME type: {m!r} (expected type/subtype)")
-
-    def mark(fn: Parser) -> Parser:
-        fn.mime_types = tuple(_bare_mime(m) for m in mime_types)  # type: ignore[attr-defined]
-        return fn
-
-    return mark
-
-
-def load_parser(spec: str, fallback_mime: str | None = None) -> tuple[Parser, tuple[str, ...]]:
-    """Import ``module:function`` and return it with its MIME types (from :func:`parser`, else
-    ``fallback_mime``, an entry point's name); :class:`ParserLoadError` naming ``spec`` otherwise."""
-    if not isinstance(spec, str) or not _SPEC_RE.match(spec):
-        raise ParserLoadError(f"parser {spec!r}: expected 'module:function'")
-    mod_name, _, attr = spec.partition(":")
-    try:
-        obj: Any = importlib.import_module(mod_name)
-        for part in attr.split("."):
-            obj = getattr(obj, part)
-    except Exception as exc:  # ImportError, AttributeError, or the plugin's own import-time error
-        raise ParserLoadError(f"parser {spec!r}: cannot load it: {type(exc).__name__}: {exc}") from None
-    return _checked(spec, obj, fallback_mime)
-
-
-def _checked(name: str, fn: Any, fallback_mime: str | None) -> tuple[Parser, tuple[str, ...]]:
-    if not callable(fn):
-        raise ParserLoadError(f"parser {name!r}: {fn!r} is not callable")
-    mimes = tuple(getattr(fn, "mime_types", ()) or ())
-    if not mimes and fallback_mime and _MIME_RE.match(_bare_mime(fallback_mime)):
-        mimes = (_bare_mime(fallback_mime),)
-    if not mimes:
-        raise ParserLoadError(f"parser {name!r}: no MIME types; decorate it with @crawl.parse.parser('type/sub')")
-    return fn, mimes
-
-
-_eps_key: tuple[tuple[str, object], ...] | None = None  # (sys.path entry, _distributions_in) when _eps was read
-_eps: list[importlib.metadata.EntryPoint] = []
-_dists_at: dict[str, tuple[int, object]] = {}  # sys.path entry -> (its mtime, _distributions_in of it then)
-_DIST_SUFFIXES = (".dist-info", ".egg-info", ".egg")
-
-
-def _distributions_in(entry: str) -> object:
-    """What of ``sys.path`` entry ``entry`` importlib.metadata finds distributions by: its ``.dist-info``,
-    ``.egg-info`` and ``.egg`` entries as (name, inode, mtime) -- a package installed, removed or
-    reinstalled there changes it -- listed again only when the entry's own mtime changed. A file (a zip)
-    is its (inode, mtime); a missing entry None."""
-    path = entry or "."
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    hit = _dists_at.get(entry)
-    if hit is not None and hit[0] == st.st_mtime_ns:
-        return hit[1]
-    found: object
-    if stat.S_ISDIR(st.st_mode):
-        dists = []
-        with contextlib.suppress(OSError), os.scandir(path) as it:
-            for e in it:
-                if e.name.endswith(_DIST_SUFFIXES):
-                    with contextlib.suppress(OSError):
-                        es = e.stat()
-                        dists.append((e.name, es.st_ino, es.st_mtime_ns))
-        found = frozenset(dists)
-    else:
-        found = (st.st_ino, st.st_mtime_ns)
-    _dists_at[entry] = (st.st_mtime_ns, found)
-    return found
-
-
-def installed_entry_points() -> list[importlib.metadata.EntryPoint]:
-    """The installed ``recrawl.parsers`` entry points, read again only when ``sys.path`` or the
-    distributions in one of its entries changed (:func:`_distributions_in`).
-
-    Why: ``importlib.metadata.entry_points`` opens and parses every installed distribution's
-    ``entry_points.txt`` on each call, ~11 ms of CPU with this environment's ~230 distributions (more on
-    a loaded box), and every parse task (:func:`install_parsers`) and every round's driver
-    (:func:`find_parsers`) asked again. Installing, removing or reinstalling a package creates or removes
-    its ``.dist-info`` directory in a ``sys.path`` directory; a directory's mtime alone is not the key, as
-    a Dask worker's ``sys.path`` holds its scratch directories, which other workers' starts change. A
-    distribution edited in place (not reinstalled) is seen by the next process."""
-    global _eps_key, _eps
-    key = tuple((p, _distributions_in(p)) for p in sys.path)
-    if key != _eps_key:
-        eps = list(importlib.metadata.entry_points(group=ENTRY_POINT_GROUP))
-        _eps, _eps_key = eps, key
-    return list(_eps)
-
-
-def find_parsers(names: Iterable[str] = (), eps: Iterable[importlib.metadata.EntryPoint] | None = None
-                 ) -> list[tuple[str, Parser, tuple[str, ...]]]:
-    """Load (without registering) the parsers of ``eps`` (default: the installed ``recrawl.parsers``
-    entry points) and of the ``module:function`` ``names``: ``[(where from, function, MIME types)]``.
-    The round's driver calls it to refuse a bad name before anything is fetched."""
-    if eps is None:
-        eps = installed_entry_points()
-    found: list[tuple[str, Parser, tuple[str, ...]]] = []
-    for ep in eps:
-        try:
-            fn = ep.load()
-        except Exception as exc:
-            raise ParserLoadError(f"parser entry point {ep.name!r} ({ep.value}): cannot load it: "
-                                  f"{type(exc).__name__}: {exc}") from None
-        found.append((f"entry point {ep.name}", *_checked(ep.value, fn, ep.name)))
-    for spec in names:
-        found.append((spec, *load_parser(spec)))
-    return found
-
-
 def install_parsers(names: Iterable[str] = (), entry_points: bool = True) -> dict[str, str]:
     """Register the parsers of installed ``recrawl.parsers`` entry points, then those named in config.
 
@@ -293,10 +172,6 @@ def install_parsers(names: Iterable[str] = (), entry_points: bool = True) -> dic
             register_parser(m, fn)
     _installed[key] = {m: where for where, _, mimes in found for m in mimes}
     return _installed[key]
-
-
-def _bare_mime(content_type: str | None) -> str:
-    return (content_type or "").split(";", 1)[0].strip().lower()
 
 
 def _lower_headers(headers: Mapping[str, str] | Iterable[tuple[str, str]]) -> dict[str, str]:

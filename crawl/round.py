@@ -246,7 +246,7 @@ def _fetch_parse(cfg: CrawlConfig, round_no: int, now: datetime | None, progress
 def _check_parsers(cfg: CrawlConfig) -> None:
     """Load (not register: the workers do that) the parser plugins, so a bad name fails the round
     before any fetch."""
-    from crawl.parse import ParserLoadError, find_parsers
+    from crawl.parsers import ParserLoadError, find_parsers
 
     try:
         find_parsers(cfg.parsers)

@@ -135,7 +135,8 @@ def test_tasks_submitted_before_the_workers_exist_start_one_per_worker(run) -> N
     assert abs(t0 - t1) < 1.0, (t0, t1)  # both joined within ~0.1 s; a stolen task starts far later
 
 
-# Runs ``python -m crawl ARGS`` in this interpreter, then prints whether pandas is loaded in it and the status.
+# Runs ``python -m crawl ARGS`` in this interpreter, then prints whether pandas and crawl.parse are loaded in
+# it, and the status.
 _PANDAS_PROBE = """
 import runpy, sys
 
@@ -143,19 +144,20 @@ sys.argv = ["crawl", *sys.argv[1:]]
 try:
     runpy.run_module("crawl", run_name="__main__", alter_sys=True)
 except SystemExit as exc:
-    print("pandas", "pandas" in sys.modules, "exit", exc.code, flush=True)
+    print("pandas", "pandas" in sys.modules, "parse", "crawl.parse" in sys.modules, "exit", exc.code, flush=True)
 """
 
 
-def test_a_crawl_run_never_imports_pandas_in_its_cli_process(simweb, tmp_path) -> None:
+def test_a_crawl_run_never_imports_pandas_or_the_parse_stack_in_its_cli_process(simweb, tmp_path) -> None:
     """Nothing in the engine uses pandas, yet the CLI process imported it (~0.25 s of CPU) before round 1's
     submits, twice over: distributed's ``get_mp_context`` imports it to pick a forkserver preload we replace,
-    and pyarrow's first ``pa.array`` to ask whether its argument is a pandas object (crawl.withhold). A whole
-    1-round ``crawl run`` on the simulated web: pages fetched, pandas never loaded in the CLI process."""
+    and pyarrow's first ``pa.array`` to ask whether its argument is a pandas object (crawl.withhold). And it
+    imported crawl.parse (~0.1 s) only to check the parser plugins' names (crawl.parsers). A whole 1-round
+    ``crawl run`` on the simulated web: pages fetched, neither loaded in the CLI process."""
     out = subprocess.run(
         [sys.executable, "-c", _PANDAS_PROBE, "run", "--root", str(tmp_path / "root"), "--crawl-id", "nopandas",
          "--resolve", simweb.resolve_rule, "--delay", "0", "--max-pages", "20", "--no-dashboard", "--workers", "1",
          "--rounds", "1", "--seeds", *simweb.seed_urls(4)], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "summary: 1 round(s), " in out.stdout and ", 0 fetched" not in out.stdout, out.stdout[-2000:]
-    assert out.stdout.splitlines()[-1] == "pandas False exit 0", out.stdout[-2000:]
+    assert out.stdout.splitlines()[-1] == "pandas False parse False exit 0", out.stdout[-2000:]
