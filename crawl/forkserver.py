@@ -5,8 +5,8 @@ them itself (:mod:`crawl.warmup`).
 
 This preload is the critical path of a ``crawl run``'s start (the driver has injected, generated and
 submitted round 1 before it ends: bench/RESULTS.md, "(session 8, helper start)"), so it imports nothing the
-workers never use. Two libraries are *withheld* while it runs (:func:`crawl.withhold.withheld`: their import fails), ~0.5 s
-of its ~2 s of CPU:
+workers never use. Two libraries are *withheld* while it runs (:func:`crawl.withhold.withheld`: their
+import fails), ~0.5 s of its ~2 s of CPU:
 
 - SciPy: numba's first kernel load registers numba's NumPy implementations, and ``numba.np.arraymath`` imports
   ``scipy.linalg`` only to learn whether ``np.dot`` & co. can use SciPy's BLAS. Our kernels use none; the

@@ -61,11 +61,11 @@ TASK_MODULES = ("crawl.tasks", "crawl.fetch", "crawl.parse", "crawl.media", "cra
 _registered = False
 
 #: What the driver first imports in a round's update, reprioritise and report: Parquet datasets (in a
-#: ``crawl run`` without pandas: crawl.withhold), the Public Suffix List (tldextract: registered domains for the index), SciPy's
-#: sparse matrices and optimiser (the prior's fit, :mod:`crawl.glm`), the report's templates (Jinja2), and
-#: the step modules themselves. ~0.5 s of CPU on this box (~1.2 s while the prior imported scikit-learn),
-#: paid inside the first round's steps where only the driver works; :func:`warm_driver` pays it while the
-#: workers fetch instead.
+#: ``crawl run`` without pandas: crawl.withhold), the Public Suffix List (tldextract: registered domains
+#: for the index), SciPy's sparse matrices and optimiser (the prior's fit, :mod:`crawl.glm`), the report's
+#: templates (Jinja2), and the step modules themselves. ~0.5 s of CPU on this box (~1.2 s while the prior
+#: imported scikit-learn), paid inside the first round's steps where only the driver works; :func:`warm_driver`
+#: pays it while the workers fetch instead.
 DRIVER_MODULES = ("pyarrow.dataset", "tldextract", "scipy.sparse", "scipy.optimize", "crawl.update", "crawl.neardup",
                   "crawl.glm", "crawl.reporthtml")
 
