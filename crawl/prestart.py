@@ -22,8 +22,9 @@ import os
 import re
 from collections.abc import Mapping, Sequence
 
-#: What the embedded cluster's forkserver imports before it forks a worker (:mod:`crawl.forkserver`).
-FORKSERVER_PRELOAD = ["distributed", "crawl.forkserver"]
+#: What the embedded cluster's forkserver imports before it forks a worker: :mod:`crawl.forkserver`, which
+#: imports distributed itself, with the garbage collector off.
+FORKSERVER_PRELOAD = ["crawl.forkserver"]
 
 #: The embedded workers' pre-spawn environment (Dask's default for a Nanny's worker, minus
 #: MALLOC_TRIM_THRESHOLD_: see ``crawl.cluster.EMBEDDED_WORKER_CONFIG``): one OpenMP/BLAS thread.
