@@ -38,18 +38,38 @@ _MASK64 = (1 << 64) - 1
 
 #: RFC 4648's base32 alphabet, the digits of every ``sha1:`` digest (``crawl.digests`` reads them back)
 B32_ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567"
-_B32_PAIRS = [a + b for a in B32_ALPHABET for b in B32_ALPHABET]  # 10 bits -> two base32 characters
-_B32_SHIFTS = tuple(range(150, -1, -10))
+_B32_TABLE = bytes.maketrans(bytes(range(32)), B32_ALPHABET.encode("ascii"))  # 5-bit value -> its digit
+
+
+def _spread_masks() -> tuple[int, ...]:
+    """Masks of :func:`b32_sha1`'s bit spreading: at each step every lane keeps the low half of its bits
+    (the mask) and moves the high half up into the next lane (80 bits in 128-bit lanes, then 40 in 64,
+    20 in 32, 10 in 16, 5 in 8)."""
+    masks = []
+    for width, keep in ((128, 40), (64, 20), (32, 10), (16, 5)):
+        masks.append(sum(((1 << keep) - 1) << (lane * width) for lane in range(256 // width)))
+    return tuple(masks)
+
+
+_M40, _M20, _M10, _M5 = _spread_masks()
+_M80 = (1 << 80) - 1
 
 
 def b32_sha1(digest: bytes) -> str:
     """``base64.b32encode`` of a 20-byte SHA-1 digest (no padding: 160 bits are 32 characters).
 
-    Why not base64's: in Python 3.11 it is pure Python, ~4 µs a call, and the WARC writer thread
-    encodes three digests per page (payload and two block digests); this is half of it."""
-    n = int.from_bytes(digest, "big")
-    pairs = _B32_PAIRS
-    return "".join([pairs[(n >> s) & 1023] for s in _B32_SHIFTS])
+    Why not base64's: in Python 3.11 it is pure Python, ~1.8 us a call here, and every page's WARC
+    records (payload and two block digests) and its text digest need one. The 160 bits are spread
+    so that each 5-bit digit sits in a byte of its own (four mask-and-shift steps on one integer),
+    then one ``bytes.translate`` spells the bytes: ~0.7 us, against 1.2 for the table of 10-bit
+    pairs this replaced (tests/test_warc.py compares with base64 over generated digests)."""
+    x = int.from_bytes(digest, "big")
+    x = (x & _M80) | ((x >> 80) << 128)
+    x = (x & _M40) | ((x & ~_M40) << 24)
+    x = (x & _M20) | ((x & ~_M20) << 12)
+    x = (x & _M10) | ((x & ~_M10) << 6)
+    x = (x & _M5) | ((x & ~_M5) << 3)
+    return x.to_bytes(32, "big").translate(_B32_TABLE).decode("ascii")
 
 
 def payload_digest(data: bytes) -> str:

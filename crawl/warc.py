@@ -131,11 +131,25 @@ _EMPTY_DIGEST = _sha1(b"")  # a request record's payload digest (warcio wrote it
 def _http_block(statusline: str, headers: list[tuple[str, str]]) -> bytes:
     """The HTTP status line and headers of a record's block, as warcio encodes them: ASCII, or, when a
     header is not, warcio's own percent-encoding of the non-ASCII values (RFC 8187)."""
-    text = statusline + "\r\n" + "".join([f"{k}: {v}\r\n" for k, v in headers]) + "\r\n"
+    text = "".join([statusline, "\r\n", *[f"{k}: {v}\r\n" for k, v in headers], "\r\n"])
     try:
         return text.encode("ascii")
     except UnicodeEncodeError:
         return StatusAndHeaders(statusline, list(headers)).to_ascii_bytes()
+
+
+def _response_block(statusline: str, headers: list[tuple[str, str]], payload_len: int) -> bytes:
+    """:func:`_http_block` of :func:`_response_headers` (the wire headers renamed, then the stored
+    payload's Content-Length), spelled in one pass: each header name's line prefix is looked up
+    (:func:`_stored_name`) instead of lowering the name and rebuilding the header list per record
+    (~0.7 us of the WARC writer thread's ~1.8 a response)."""
+    names = _STORED_NAMES
+    text = "".join([statusline, "\r\n", *[f"{names.get(k) or _stored_name(k)}{v}\r\n" for k, v in headers],
+                    f"Content-Length: {payload_len}\r\n\r\n"])
+    try:
+        return text.encode("ascii")
+    except UnicodeEncodeError:
+        return StatusAndHeaders(statusline, _response_headers(headers, payload_len)).to_ascii_bytes()
 
 
 def _record_head(fields: list[tuple[str, str]], content_type: str, length: int) -> str:
@@ -164,6 +178,19 @@ def _response_headers(headers: list[tuple[str, str]], payload_len: int) -> list[
             out.append((name, value))
     out.append(("Content-Length", str(payload_len)))
     return out
+
+
+_STORED_NAMES: dict[str, str] = {}  # wire header name -> "its stored name: " (_stored_name)
+_STORED_NAMES_MAX = 4096  # distinct names remembered (a hostile server may send new ones every time)
+
+
+def _stored_name(name: str) -> str:
+    """``"<name>: "`` as a response record stores the header ``name`` (:func:`_response_headers`'
+    renaming), remembered for the next record."""
+    line = ("X-Crawler-" + name if name.lower() in _RENAMED_HEADERS else name) + ": "
+    if len(_STORED_NAMES) < _STORED_NAMES_MAX:
+        _STORED_NAMES[name] = line
+    return line
 
 
 _VERBATIM = re.compile(r"[\x21-\x7e]([\x20-\x7e\t]*[\x21-\x7e])?|")
@@ -338,8 +365,7 @@ class WarcFile:
     ) -> RecordRef:
         """``digest``: the payload digest when the caller already computed it (no second SHA-1)."""
         digest = digest or payload_digest(payload)
-        block = _http_block(f"HTTP/1.1 {f'{int(http_status)} {reason}'.rstrip()}",
-                            _response_headers(headers, len(payload)))
+        block = _response_block(f"HTTP/1.1 {f'{int(http_status)} {reason}'.rstrip()}", headers, len(payload))
         rec_id = _record_id()
         head = (f"WARC/1.1\r\nWARC-Record-ID: {rec_id}\r\nWARC-Date: {warc_date(fetch_time)}\r\n"
                 f"{_line('WARC-IP-Address', ip)}WARC-Payload-Digest: {digest}\r\n"

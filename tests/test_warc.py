@@ -144,9 +144,57 @@ def test_digest_is_sha1_base32() -> None:
 
 
 @given(st.binary(min_size=20, max_size=20))
+@example(bytes(20))
+@example(b"\xff" * 20)
 def test_b32_of_a_digest_is_base64s(digest: bytes) -> None:
     """The writer's base32 (crawl.fingerprint.b32_sha1) against the standard library's."""
     assert b32_sha1(digest) == base64.b32encode(digest).decode("ascii")
+
+
+def test_b32_of_every_single_bit_is_base64s() -> None:
+    """Each of the 160 bits lands in its own digit's place (b32_sha1 spreads the bits with masks: a
+    wrong mask or shift moves some bit to another digit)."""
+    for bit in range(160):
+        digest = (1 << bit).to_bytes(20, "big")
+        assert b32_sha1(digest) == base64.b32encode(digest).decode("ascii"), bit
+        digest = ((1 << 160) - 1 - (1 << bit)).to_bytes(20, "big")
+        assert b32_sha1(digest) == base64.b32encode(digest).decode("ascii"), bit
+
+
+_HEADER_NAMES = st.sampled_from(["Content-Type", "content-length", "Content-Length", "CONTENT-ENCODING",
+                                 "Content-Encoding", "transfer-Encoding", "Transfer-Encoding", "ETag", "Date",
+                                 "X-Content-Length", "Content-Lengths", "Set-Cookie", "Server"])
+_HEADER_VALUES = st.one_of(st.text(st.characters(min_codepoint=0x20, max_codepoint=0x7E), max_size=30),
+                           st.text(max_size=8))
+
+
+@given(st.lists(st.tuples(_HEADER_NAMES, _HEADER_VALUES), max_size=12), st.integers(0, 10**9),
+       st.sampled_from(["OK", "Not Found", ""]))
+def test_response_block_is_warcios_block_of_the_renamed_headers(headers: list[tuple[str, str]], n: int,
+                                                                 reason: str) -> None:
+    """The response record's HTTP block (crawl.warc._response_block, one pass with remembered name
+    prefixes) equals warcio's encoding of the stored headers: the wire encoding headers renamed to
+    ``X-Crawler-<Name>`` whatever their case, every other header as received, then the stored payload's
+    Content-Length; asked twice (the second time from the remembered prefixes) and with the memory full."""
+    from warcio.statusandheaders import StatusAndHeaders
+
+    from crawl import warc as W
+
+    status = f"HTTP/1.1 {f'200 {reason}'.rstrip()}"
+    stored = [("X-Crawler-" + k if k.lower() in ("content-encoding", "transfer-encoding", "content-length")
+               else k, v) for k, v in headers] + [("Content-Length", str(n))]
+    want = StatusAndHeaders(status, stored).to_ascii_bytes()
+    assert W._response_block(status, headers, n) == want
+    assert W._response_block(status, headers, n) == want
+    saved = dict(W._STORED_NAMES)
+    try:
+        W._STORED_NAMES.clear()
+        W._STORED_NAMES.update({f"X-Filler-{i}": f"X-Filler-{i}: " for i in range(W._STORED_NAMES_MAX)})
+        assert W._response_block(status, headers, n) == want
+        assert len(W._STORED_NAMES) == W._STORED_NAMES_MAX
+    finally:
+        W._STORED_NAMES.clear()
+        W._STORED_NAMES.update(saved)
 
 
 @given(st.binary(min_size=16, max_size=16))
