@@ -8,6 +8,8 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import xxhash
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from crawl.url import (
     url_hash,
@@ -40,3 +42,45 @@ def test_url_hashes_equal_xxhash_on_every_length_class() -> None:
     assert url_hashes(pa.chunked_array([arr.slice(0, 3), arr.slice(3)])).tolist() == want
     assert url_hashes(strs[:50]).tolist() == want[:50]
     assert url_hashes(pa.array([], pa.string())).dtype == np.uint64
+
+
+# a small alphabet with non-ASCII letters, so that equal neighbours (runs) and empty strings are common
+_URLISH = st.text(alphabet="ab/é中\u0130:", max_size=6)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(st.none(), _URLISH, st.sampled_from(["", "http://a/", "http://a/é"])), max_size=60),
+       st.integers(1, 5))
+def test_url_hashes_equal_the_per_url_hash_with_runs_nulls_and_empty_strings(values, repeat) -> None:
+    """Every row equals xxhash's digest of its UTF-8 (0 for a null), whether the column is hashed per
+    row or per run of equal neighbours: ``repeat`` stretches each value into a run."""
+    col = [v for v in values for _ in range(repeat)]
+    want = [0 if v is None else xxhash.xxh3_64_intdigest(v.encode("utf-8")) for v in col]
+    assert url_hashes(pa.array(col, pa.string())).tolist() == want
+    assert url_hashes(col).tolist() == want
+    if len(col) > 2:  # an offset slice of a longer buffer, and chunks split inside a run
+        assert url_hashes(pa.array(col, pa.string()).slice(1)).tolist() == want[1:]
+        mid = len(col) // 2
+        assert url_hashes(pa.chunked_array([pa.array(col[:mid], pa.string()),
+                                            pa.array(col[mid:], pa.string())])).tolist() == want
+
+
+def test_a_link_column_hashes_each_run_of_equal_neighbours_once(monkeypatch) -> None:
+    """A link file's source column lists each page's links together: one hash call per page, not per
+    link (125 k links of 4.4 k pages a 5 k-page partition: 14 -> 1 ms)."""
+    import crawl.url.hashing as hashing
+
+    calls = []
+
+    class Counting:
+        @staticmethod
+        def xxh3_64_intdigest(b: bytes) -> int:
+            calls.append(b)
+            return xxhash.xxh3_64_intdigest(b)
+
+    monkeypatch.setattr(hashing, "xxhash", Counting)
+    pages = [f"http://h{i % 7}.test/p/{i}" for i in range(300)]
+    col = [p for p in pages for _ in range(1 + (len(p) % 40))]
+    h = url_hashes(pa.array(col, pa.string()))
+    assert h.tolist() == [xxhash.xxh3_64_intdigest(u.encode()) for u in col]
+    assert len(calls) == len(pages)
