@@ -82,3 +82,75 @@ def test_links_per_partition_equal_the_single_pass(fetched_round, client):
         assert files.keys() == files0.keys()
         for k in files0:
             assert files[k].equals(files0[k]), (how, k)
+
+
+def test_link_parts_carry_the_target_hash_and_its_url_filters(fetched_round):
+    """Each partition's canonical links come with the target's URL hash and whether it passes every URL
+    filter but the depth one (computed on the workers, beside the driver's dedup)."""
+    import numpy as np
+    import pyarrow.compute as pc
+
+    from crawl.url import filter_reasons, url_hashes
+
+    _, cfg0, n, _ = fetched_round
+    cfg = load_config(overrides={**cfg0.to_dict(), "max_path_segments": 1}, use_env=False)  # some filtered
+    store = Store(cfg.root, cfg.crawl_id)
+    for rel in upd._parts(store, n, "rawlinks"):
+        t = upd.link_part(cfg, rel)
+        assert t.num_rows > 0
+        to_url = t.column("to_url")
+        assert t.column("to_hash").to_numpy().tolist() == url_hashes(to_url).tolist()
+        reasons = filter_reasons(to_url, np.zeros(t.num_rows, np.int32), cfg)
+        assert t.column("url_ok").to_pylist() == pc.is_null(reasons).to_pylist()
+        assert 0 < pc.sum(t.column("url_ok")).as_py() < t.num_rows
+
+
+@pytest.mark.parametrize("max_depth", [3, 1])
+def test_prepared_links_equal_the_former_sql_join_and_filter(fetched_round, max_depth):
+    """The link graph and the discovery candidates hold the rows the former driver-side pass gave (a
+    DuckDB join of the links with the round's fetch rows for the source's depth and partition, then
+    every filter at the link's depth, then the target's hash), in the links' own order."""
+    import duckdb
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from crawl.url import filter_reasons, url_hashes
+
+    base, cfg0, n, _ = fetched_round
+    cfg = load_config(overrides={**cfg0.to_dict(), "max_depth": max_depth}, use_env=False)
+    store = Store(cfg.root, cfg.crawl_id)
+    fetches = upd.page_fetches(cfg, upd._read_with_part(store, upd._parts(store, n, "fetched")))
+    canon = pa.concat_tables([upd.link_part(cfg, rel) for rel in upd._parts(store, n, "rawlinks")])
+    links, graph = upd._prepare_links(cfg, fetches, canon)
+
+    con = duckdb.connect()
+    con.register("lraw", canon.select(["from_hash", "to_url", "kind"]))
+    con.register("f_all", fetches)
+    t = con.sql("""
+        SELECT l.from_hash, l.to_url, l.kind,
+               CAST(coalesce(f.depth, 0) + CASE WHEN l.kind = 'redirect' THEN 0 ELSE 1 END AS INTEGER) AS depth,
+               CAST(coalesce(f.part, 0) AS INTEGER) AS part
+        FROM lraw l LEFT JOIN (
+            SELECT url_hash, min(depth) AS depth, min(part) AS part FROM f_all GROUP BY 1
+        ) f ON f.url_hash = l.from_hash
+        WHERE l.to_url IS NOT NULL
+    """).to_arrow_table()
+    t = t.filter(pc.is_null(filter_reasons(t.column("to_url"), t.column("depth").to_numpy(), cfg)))
+    to_hash = pa.array(url_hashes(t.column("to_url")), pa.uint64())
+    want_graph = pa.table({"from_hash": t.column("from_hash"), "to_hash": to_hash, "to_url": t.column("to_url"),
+                           "kind": t.column("kind"), "part": t.column("part")})
+    # the same rows, as many times each (DuckDB's join gave them in an order of its threads' making)
+    assert graph.num_rows > 50 and graph.sort_by([(c, "ascending") for c in graph.column_names]).equals(
+        want_graph.sort_by([(c, "ascending") for c in want_graph.column_names]))
+    got_links = pa.table({"to_hash": links.column("to_hash"), "depth": links.column("depth")})
+    want_links = pa.table({"to_hash": to_hash, "depth": t.column("depth")})
+    assert got_links.sort_by([("to_hash", "ascending"), ("depth", "ascending")]).equals(
+        want_links.sort_by([("to_hash", "ascending"), ("depth", "ascending")]))
+    # and in the links' own order: partition by partition, each file's rows as they come
+    def rows(tab):
+        return list(zip(*(tab.column(c).to_pylist() for c in ("from_hash", "to_url", "kind")), strict=True))
+
+    kept = set(rows(graph))
+    assert rows(graph) == [r for r in rows(canon) if r in kept]
+    if max_depth == 1:  # the depth filter took links the URL filters kept
+        assert graph.num_rows < pc.sum(canon.column("url_ok")).as_py()
