@@ -122,41 +122,66 @@ def url_tokens(db: pa.Table) -> sp.csr_matrix:
     one letter that lowers to ASCII (U+0130: "i" against "i" + U+0307), which no document holds
     (host and path are ``utf8_lower``-ed, the extension is ASCII). The matrix is the vectoriser's
     exactly (canonical CSR, binary float64 values): ``tests/test_prior_tokens.py`` compares both.
+
+    The runs are found byte-wise (:func:`_letter_runs`), each marker's column is hashed once, and the CSR
+    is built from the sorted distinct (row, column) keys: Arrow's regex split and its lists, a marker
+    string per row, ``np.unique`` of the marked rows and SciPy's COO conversion took 43 k URLs (a
+    CrawlDb after 3 rounds of 10 k pages) 0.105 s, this 0.074 s. (Not ``np.unique`` for the keys: with
+    NumPy 2.4 it hashes first, ~0.35 s per 0.5 M int64.)
     """
     import scipy.sparse as sp
 
     arr = db.column("url").combine_chunks()
+    n = len(arr)
     host, path, ext = _url_parts(arr)
+    marks = dict(zip("hpes", _token_columns(list("hpes")).tolist(), strict=True))
     rows: list[np.ndarray] = []
-    tokens: list[pa.Array] = []
-
-    def add(r: np.ndarray, word: str) -> None:
-        rows.append(r)
-        tokens.append(pa.array(np.full(r.size, word, object), pa.string()))
-
+    cols: list[np.ndarray] = []
     for strings, marker in ((pc.utf8_lower(host), "h"), (pc.utf8_lower(path), "p"), (pc.utf8_lower(ext), None)):
-        words = pc.split_pattern_regex(strings, "[^a-z]+")
-        flat, parent = pc.list_flatten(words), pc.list_parent_indices(words)
-        keep = pc.greater(pc.utf8_length(flat), 0)  # the split leaves empty strings at the ends
-        r = parent.filter(keep).to_numpy(zero_copy_only=False)
+        r, c = _letter_runs(strings)
         rows.append(r)
-        tokens.append(flat.filter(keep).cast(pa.string()))
-        if marker is not None:
-            add(np.unique(r), marker)
-    valid = pc.is_valid(arr).to_numpy(zero_copy_only=False)
-    for marker in ("e", "s"):
-        add(np.flatnonzero(valid), marker)
-    row = np.concatenate(rows)
-    tok = pa.concat_arrays(tokens)
-    if not valid.all():  # a null URL's document is empty
-        ok = valid[row]
-        row, tok = row[ok], tok.filter(pa.array(ok))
-    enc = pc.dictionary_encode(tok)
-    col = _token_columns(enc.dictionary.to_pylist())[enc.indices.to_numpy(zero_copy_only=False)]
-    x = sp.csr_matrix((np.ones(col.size), (row, col)), shape=(len(arr), N_FEATURES), dtype=np.float64)
-    x.sum_duplicates()  # canonical: sorted indices, one entry per (row, token)
-    x.data.fill(1.0)  # binary, as the vectoriser
+        cols.append(c)
+        if marker is not None and r.size:  # r is sorted: its distinct rows are where it steps
+            rows.append(r[np.r_[True, r[1:] != r[:-1]]])
+            cols.append(np.full(rows[-1].size, marks[marker], np.int64))
+    valid = np.flatnonzero(pc.is_valid(arr).to_numpy(zero_copy_only=False))  # a null URL's document is empty
+    for marker in "es":
+        rows.append(valid)
+        cols.append(np.full(valid.size, marks[marker], np.int64))
+    # canonical CSR directly: one entry per distinct (row, column), sorted, binary float64 values
+    key = np.sort(np.concatenate(rows).astype(np.int64) * N_FEATURES + np.concatenate(cols))
+    key = key[np.r_[True, key[1:] != key[:-1]]] if key.size else key  # (np.unique hashes first: ~50x slower)
+    indptr = np.zeros(n + 1, np.int64)
+    np.cumsum(np.bincount(key // N_FEATURES, minlength=n), out=indptr[1:])
+    x = sp.csr_matrix((np.ones(key.size), (key % N_FEATURES).astype(np.int32), indptr.astype(np.int32)),
+                      shape=(n, N_FEATURES))
+    x.has_canonical_format = True
     return x
+
+
+def _letter_runs(strings: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """(row, token column) of every ``[a-z]+`` run of each row, rows ascending (a null row has none).
+
+    Byte-wise over the UTF-8 buffer: a multi-byte character's bytes are all >= 0x80, so the runs of
+    ASCII letters are exactly the code point runs the vectoriser's ``[a-z]+`` finds. Each distinct run is
+    hashed once (:func:`_token_columns`)."""
+    from crawl.url.columns import _buffers, _view_array
+
+    off, d = _buffers(strings.cast(pa.string()))
+    if d.size == 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    letter = (d >= ord("a")) & (d <= ord("z"))
+    edge = np.zeros(d.size + 1, bool)
+    edge[off] = True  # a row's first byte starts a run, its last one ends it
+    prev = np.r_[False, letter[:-1]]
+    nxt = np.r_[letter[1:], False]
+    lo = np.flatnonzero(letter & (~prev | edge[:-1]))
+    hi = np.flatnonzero(letter & (~nxt | edge[1:])) + 1
+    row = np.searchsorted(off, lo, side="right") - 1
+    enc = pc.dictionary_encode(_view_array([d], None, lo, hi - lo))
+    col = _token_columns(enc.dictionary.to_pylist())[enc.indices.to_numpy(zero_copy_only=False)] \
+        if len(enc.dictionary) else np.zeros(0, np.int64)
+    return row, col
 
 
 def _token_columns(tokens: list[str]) -> np.ndarray:

@@ -67,3 +67,20 @@ def test_the_fitted_prior_is_the_same_on_either_matrix() -> None:
     b = prior.fit(db, events, exposure, checks, lambda: _oracle(urls))
     assert a.model is not None and b.model is not None
     assert np.array_equal(a.model.coef_, b.model.coef_) and a.metrics == b.metrics
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(st.none(), st.text(st.sampled_from(list("abzAZ09/-é") + ["\u4e2d", "\U0001f600"]),
+                                             max_size=10)), max_size=15))
+def test_letter_runs_are_the_a_to_z_runs_of_each_row(strings) -> None:
+    """The byte-wise tokeniser gives each row's ``[a-z]+`` runs (a multi-byte character ends a run, as
+    in the vectoriser's pattern), rows ascending, each as its hashed column; none for a null or an
+    empty row, and runs never cross from one row into the next."""
+    import re
+
+    row, col = prior._letter_runs(pa.array(strings, pa.string()))
+    assert np.all(np.diff(row) >= 0)
+    for i, s in enumerate(strings):
+        runs = re.findall("[a-z]+", s or "")
+        want = prior._token_columns(runs).tolist() if runs else []
+        assert col[row == i].tolist() == want
