@@ -1,6 +1,8 @@
 import sys
 
-from crawl.warmup import end_after_exit_handlers, skip_final_gc
+from crawl.warmup import collector_off_for_start, end_after_exit_handlers, skip_final_gc
+
+collector_off_for_start()  # until the command's modules are imported (crawl.cli.main: collector_back_on)
 
 # crawl.warmup's exit handler registered first, so it runs last: after multiprocessing's (registered when the
 # forkserver starts, just below), which it ends the process after (end_after_exit_handlers)

@@ -145,13 +145,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     from crawl.prestart import start_for_argv
-    from crawl.warmup import single_threaded_math, skip_final_gc
+    from crawl.warmup import collector_back_on, single_threaded_math, skip_final_gc
 
     start_for_argv(sys.argv[1:] if argv is None else argv)  # no-op when python -m crawl did it (crawl.prestart)
     skip_final_gc()  # the process's exit need not garbage-collect a heap it is about to return
     single_threaded_math()  # no spinning BLAS/OpenMP threads next to the workers (crawl.warmup)
-    args = build_parser().parse_args(argv)
     try:
+        args = build_parser().parse_args(argv)
         cfg = build_config(args)
         return _dispatch(args, cfg)
     except (ConfigError, SeedError) as exc:
@@ -166,6 +166,8 @@ def main(argv: list[str] | None = None) -> int:
     except PartitionFailed as exc:  # e.g. disk full: the message says whether it was retried
         print(f"error: {exc}", file=sys.stderr)
         return 1
+    finally:
+        collector_back_on()  # when the command ended before _dispatch did it (python -m crawl turned it off)
 
 
 def _uses_embedded_cluster(args: argparse.Namespace) -> bool:
@@ -174,7 +176,10 @@ def _uses_embedded_cluster(args: argparse.Namespace) -> bool:
 
 
 def _dispatch(args: argparse.Namespace, cfg: CrawlConfig) -> int:
+    from crawl.warmup import collector_back_on
+
     if not _uses_embedded_cluster(args):
+        collector_back_on()
         return _command(args, cfg)
     from crawl.cluster import start_forkserver, stop_forkserver
     from crawl.withhold import pyarrow_without_pandas
@@ -186,10 +191,16 @@ def _dispatch(args: argparse.Namespace, cfg: CrawlConfig) -> int:
     # by the cluster's close, or here when the command ends without one (failed before it, nothing due,
     # or a dask_address the early start could not see).
     start_forkserver(cfg)
-    # pyarrow's first pa.array (inject, generate) would import pandas only to ask whether its argument is a
-    # pandas object: ~0.25 s of CPU before round 1's submits, beside the forkserver's preload (crawl.withhold)
-    pyarrow_without_pandas()
     try:
+        # pyarrow's first pa.array (inject, generate) would import pandas only to ask whether its argument is
+        # a pandas object: ~0.25 s of CPU before round 1's submits, beside the forkserver's preload (crawl.withhold)
+        pyarrow_without_pandas()
+        # the round's modules and distributed, imported with the collector off (python -m crawl), then frozen
+        import distributed  # noqa: F401
+
+        from crawl import round as _round  # noqa: F401
+
+        collector_back_on()
         return _run_rounds(cfg, args) if args.cmd == "run" else _command(args, cfg)
     finally:
         stop_forkserver()

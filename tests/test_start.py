@@ -136,14 +136,15 @@ def test_tasks_submitted_before_the_workers_exist_start_one_per_worker(run) -> N
 
 
 # Runs ``python -m crawl ARGS`` in this interpreter, then prints whether pandas and crawl.parse are loaded in
-# it, and the status.
+# it, whether its start-up heap is frozen with the collector back on, and the status.
 _PANDAS_PROBE = """
-import runpy, sys
+import gc, runpy, sys
 
 sys.argv = ["crawl", *sys.argv[1:]]
 try:
     runpy.run_module("crawl", run_name="__main__", alter_sys=True)
 except SystemExit as exc:
+    print("frozen", gc.get_freeze_count() > 100_000, "collector", gc.isenabled(), flush=True)
     print("pandas", "pandas" in sys.modules, "parse", "crawl.parse" in sys.modules, "exit", exc.code, flush=True)
 """
 
@@ -153,7 +154,8 @@ def test_a_crawl_run_never_imports_pandas_or_the_parse_stack_in_its_cli_process(
     submits, twice over: distributed's ``get_mp_context`` imports it to pick a forkserver preload we replace,
     and pyarrow's first ``pa.array`` to ask whether its argument is a pandas object (crawl.withhold). And it
     imported crawl.parse (~0.1 s) only to check the parser plugins' names (crawl.parsers). A whole 1-round
-    ``crawl run`` on the simulated web: pages fetched, neither loaded in the CLI process."""
+    ``crawl run`` on the simulated web: pages fetched, neither loaded in the CLI process; its start-up heap
+    frozen, the collector on."""
     out = subprocess.run(
         [sys.executable, "-c", _PANDAS_PROBE, "run", "--root", str(tmp_path / "root"), "--crawl-id", "nopandas",
          "--resolve", simweb.resolve_rule, "--delay", "0", "--max-pages", "20", "--no-dashboard", "--workers", "1",
@@ -161,3 +163,6 @@ def test_a_crawl_run_never_imports_pandas_or_the_parse_stack_in_its_cli_process(
     assert out.returncode == 0, out.stderr[-3000:]
     assert "summary: 1 round(s), " in out.stdout and ", 0 fetched" not in out.stdout, out.stdout[-2000:]
     assert out.stdout.splitlines()[-1] == "pandas False parse False exit 0", out.stdout[-2000:]
+    # its imports were made with the collector off (~0.1 s of CPU before round 1's submits), then frozen, and the
+    # collector was back on for the run (crawl.warmup.collector_off_for_start)
+    assert out.stdout.splitlines()[-2] == "frozen True collector True", out.stdout[-2000:]
