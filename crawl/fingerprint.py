@@ -330,29 +330,33 @@ def _fingerprint_rows(rows: list[int], texts: list[str], sims: np.ndarray, diges
         digests[i] = text_digest(text)  # a lone surrogate raises here, as the definition does
 
 
-def collapse_many(texts: Sequence[str], verbatim: Sequence[bool] | None = None) -> tuple[np.ndarray, np.ndarray]:
+def collapse_many(texts: Sequence[str], verbatim: Sequence[bool] | None = None
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """UTF-8 of ``" ".join(t.split())`` of each of ``texts`` (of ``t`` itself where ``verbatim[i]``),
-    concatenated: (bytes, int64 offsets), text i at ``off[i]:off[i + 1]``. A lone surrogate raises
-    ``UnicodeEncodeError`` as ``str.encode`` does.
+    concatenated: (bytes, int64 offsets, int64 lengths in characters), text i at ``off[i]:off[i + 1]``.
+    A lone surrogate raises ``UnicodeEncodeError`` as ``str.encode`` does.
 
     Why: parse's text column collapses every HTML page's text (~17 KB); ``str.split`` made a Python
     string per word, the NumPy version (of the UTF-8, encoded first and joined) four full-size passes
     plus a scan for whitespace beyond ASCII. This is one compiled pass over the strings
-    (:func:`crawl.fingerprint_kernel.collapse_batch`) writing the buffer the Arrow column is built from.
+    (:func:`crawl.fingerprint_kernel.collapse_batch`) writing the buffer the Arrow column is built from,
+    and counting the characters the column's ``text_length`` gives (Arrow's ``utf8_length`` was a
+    second pass over the bytes).
     """
     from crawl.fingerprint_kernel import collapse_batch
 
     texts = list(texts)
     n = len(texts)
     off = np.zeros(n + 1, np.int64)
+    lengths = np.zeros(n, np.int64)
     if not n:
-        return np.empty(0, np.uint8), off
+        return np.empty(0, np.uint8), off, lengths
     flags = np.zeros(n, np.uint8) if verbatim is None else np.array(verbatim, np.uint8)
     out = np.empty(4 * sum(map(len, texts)), np.uint8)  # UTF-8: at most 4 bytes per character
-    bad = collapse_batch(texts, flags, _tables()[4], out, off)
+    bad = collapse_batch(texts, flags, _tables()[4], out, off, lengths)
     if bad >= 0:
         texts[bad].encode("utf-8")  # raises, naming the character
-    return out, off
+    return out, off, lengths
 
 
 def _b32sha1(data: bytes | memoryview) -> str:

@@ -267,15 +267,18 @@ def fingerprint_batch(texts, low, dig, repl, repl_off, ws, word, mode, pw, sims,
 
 
 @_jit
-def collapse_batch(texts, verbatim, ws, out, out_off):  # type: ignore[no-untyped-def]
+def collapse_batch(texts, verbatim, ws, out, out_off, out_len):  # type: ignore[no-untyped-def]
     """UTF-8 of ``" ".join(text.split())`` of each string of ``texts`` into ``out[out_off[t]:out_off[t
-    + 1]]`` (``verbatim[t]``: the text as it is). Whitespace is ``str.isspace`` (table ``ws``, ASCII and
-    BMP); ASCII takes a branch-free path. Returns -1, or the first text holding a lone surrogate."""
+    + 1]]`` (``verbatim[t]``: the text as it is), and its length in characters into ``out_len[t]`` (the
+    page's ``text_length``: counted here, the bytes written less the continuation bytes, instead of a
+    second pass over the column). Whitespace is ``str.isspace`` (table ``ws``, ASCII and BMP); ASCII
+    takes a branch-free path. Returns -1, or the first text holding a lone surrogate."""
     o = 0
     for t in range(len(texts)):
         out_off[t] = o
         s = texts[t]
         o0 = o
+        extra = 0  # bytes written beyond one per character
         keep = verbatim[t] != 0
         last = np.int64(0 if keep else 1)  # the last byte kept was a space (or nothing was kept yet)
         for i in range(len(s)):
@@ -292,9 +295,13 @@ def collapse_batch(texts, verbatim, ws, out, out_off):  # type: ignore[no-untype
                 o = _space(out, o, last)
                 last = 1
             else:
-                o = _put(out, o, cp)
+                e = _put(out, o, cp)
+                extra += e - o - 1
+                o = e
                 last = 0
         if last and o > o0:  # a trailing space
             o -= 1
+        out_len[t] = o - o0 - extra
     out_off[len(texts)] = o
     return -1
+

@@ -336,8 +336,10 @@ _WS_HEAVY = st.lists(st.sampled_from([" ", "\t", "\n", "\r", "\x0b", "\x0c", "\x
 def _collapse(text: str) -> bytes:
     from crawl.fingerprint import collapse_many
 
-    out, off = collapse_many([text])
-    return out[:off[1]].tobytes()
+    out, off, lengths = collapse_many([text])
+    got = out[:off[1]].tobytes()
+    assert lengths.tolist() == [len(got.decode())]  # the text column's text_length, counted by the pass
+    return got
 
 
 @settings(max_examples=3000, deadline=None)
@@ -494,6 +496,7 @@ def test_collapse_many_is_each_text_collapsed_or_kept(items: list[tuple[str, boo
     kept byte for byte when flagged verbatim (non-HTML documents)."""
     from crawl.fingerprint import collapse_many
 
-    out, off = collapse_many([t for t, _ in items], [v for _, v in items])
+    out, off, lengths = collapse_many([t for t, _ in items], [v for _, v in items])
     got = [out[a:b].tobytes().decode() for a, b in zip(off[:-1].tolist(), off[1:].tolist(), strict=True)]
     assert got == [t if v else " ".join(t.split()) for t, v in items]
+    assert lengths.tolist() == [len(g) for g in got]  # characters, as Arrow's utf8_length counts them
