@@ -40,6 +40,7 @@ HTML policy:
 from __future__ import annotations
 
 import codecs
+import functools
 import importlib
 import importlib.metadata
 import logging
@@ -289,23 +290,74 @@ def _detect_charset(payload: bytes, content_type: str | None) -> tuple[str, int,
         return "cp1252", 0, False
 
 
-def _lexbor_input(payload: bytes, codec: str, skip: int, valid_utf8: bool) -> str | bytes:
+def _lexbor_input(payload: bytes, codec: str, skip: int, valid_utf8: bool, compiled: bool = False) -> str | bytes:
     """What Lexbor parses: the payload's own bytes when they are UTF-8 and valid, else the text decoded
-    (bad bytes as U+FFFD).
+    (bad bytes as U+FFFD); with ``compiled`` (the batch parse, which loads parse's compiled kernels for
+    its fingerprints anyway) a windows-1252 page's UTF-8 bytes.
 
     Why: selectolax parses bytes as UTF-8 and a ``str`` by encoding it to UTF-8 first, so for valid
     UTF-8 both give Lexbor the same bytes; skipping the decode and the re-encode saves ~0.04 ms of a
-    ~0.1 ms parse (~0.03 when the strict decode below has to check validity)."""
+    ~0.1 ms parse (~0.03 when the strict decode below has to check validity). With ``compiled`` that
+    check is :func:`crawl.fingerprint_kernel.utf8_valid` (no ``str`` built: ~3.5 vs ~6.6 us for ~20 KB),
+    and windows-1252 goes to UTF-8 in one table pass (:func:`_cp1252_utf8`: ~11 vs ~22 us for decode
+    plus selectolax's encode); the bytes are the same (bench/RESULTS.md, "Parse CPU, session 9")."""
     if codec == "utf-8":
         body = payload[skip:] if skip else payload
         if valid_utf8 or body.isascii():
             return body
-        try:
-            body.decode("utf-8")
-            return body
-        except UnicodeDecodeError:
-            pass
+        if compiled:
+            if _utf8_valid(body):
+                return body
+        else:
+            try:
+                body.decode("utf-8")
+                return body
+            except UnicodeDecodeError:
+                pass
+    elif compiled and codec == "cp1252":
+        return _cp1252_utf8(payload[skip:] if skip else payload)
     return payload[skip:].decode(codec, errors="replace")
+
+
+def _utf8_valid(body: bytes) -> bool:
+    """``body.decode("utf-8")`` would succeed (:func:`crawl.fingerprint_kernel.utf8_valid`)."""
+    from crawl.fingerprint_kernel import utf8_valid
+
+    return bool(utf8_valid(np.frombuffer(body, np.uint8), np.frombuffer(body, np.uint64, len(body) >> 3)))
+
+
+@functools.cache
+def _cp1252_table() -> tuple[np.ndarray, np.ndarray]:
+    """(UTF-8 of each byte's character, offsets): Python's own ``cp1252`` codec, byte by byte, the five
+    bytes it leaves undefined as U+FFFD (``errors="replace"``); bytes below 0x80 are themselves."""
+    parts = [bytes([c]).decode("cp1252", errors="replace").encode("utf-8") for c in range(256)]
+    assert all(parts[c] == bytes([c]) for c in range(0x80))
+    off = np.zeros(257, np.int64)
+    np.cumsum([len(p) for p in parts], out=off[1:])
+    return np.frombuffer(b"".join(parts), np.uint8), off
+
+
+def _cp1252_utf8(body: bytes) -> bytes:
+    """``body.decode("cp1252", errors="replace").encode("utf-8")`` in one compiled pass
+    (:func:`crawl.fingerprint_kernel.single_byte_to_utf8`): windows-1252 is one byte per character."""
+    from crawl.fingerprint_kernel import single_byte_to_utf8
+
+    table, off = _cp1252_table()
+    out = np.empty(3 * len(body), np.uint8)
+    n = single_byte_to_utf8(np.frombuffer(body, np.uint8), table, off, out)
+    return out[:n].tobytes()
+
+
+def warm_up() -> None:
+    """Load (or compile) parse's compiled kernels now: the fingerprint and text-column passes
+    (:func:`crawl.fingerprint.warm_up`) and the charset passes of :func:`_lexbor_input`, with the
+    argument types parse gives them. The embedded workers' preload calls this in the background
+    (:func:`crawl.warmup.import_task_modules`) so that the first parse task does not wait on it."""
+    from crawl.fingerprint import warm_up as fingerprint_warm_up
+
+    fingerprint_warm_up()
+    _utf8_valid("caf\u00e9 \u2026 warm-up".encode())
+    _cp1252_utf8("caf\u00e9 \u2026 warm-up".encode("cp1252"))
 
 
 # --- robots directives -------------------------------------------------------------------------
@@ -412,7 +464,7 @@ def _parse_html_deferred(url: str, payload: bytes, headers: Mapping[str, str],
     (:func:`_parse_document`), so neither is done twice."""
     h = headers if mime is not None else _lower_headers(headers)
     codec, skip, valid_utf8 = _detect_charset(payload, h.get("content-type"))
-    tree = LexborHTMLParser(_lexbor_input(payload, codec, skip, valid_utf8))
+    tree = LexborHTMLParser(_lexbor_input(payload, codec, skip, valid_utf8, compiled=raw_text))
     doc = ParsedDoc(charset=_display_charset(codec),
                     mime_detected=mime if mime is not None else sniff_mime(payload, h.get("content-type")))
     raw = _RawLinks()

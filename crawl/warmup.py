@@ -174,13 +174,13 @@ def collector_back_on() -> None:
 
 def import_task_modules() -> None:
     """Import what a fetch or parse task needs (a task that arrives meanwhile waits on the import lock),
-    then load parse's compiled fingerprint kernel (:func:`crawl.fingerprint.warm_up`: numba's import
+    then load parse's compiled kernels (:func:`crawl.parse.warm_up`: numba's import
     and its on-disk cache, ~1 s of CPU in a fresh process, a few seconds when it must compile). Also
     turns NumPy's huge-page requests off (:func:`no_numpy_hugepages`)."""
     no_numpy_hugepages()
     for name in TASK_MODULES:
         importlib.import_module(name)
-    from crawl.fingerprint import warm_up
+    from crawl.parse import warm_up
 
     warm_up()
 

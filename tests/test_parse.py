@@ -656,6 +656,25 @@ def test_parse_bodies_from_memory_equals_the_warc_read_back_and_the_scalar_parse
         bodies_in.append((f"http://ws.test/{k}", body.encode("utf-8"), [("Content-Type", "text/html; charset=utf-8")]))
     bodies_in.append(("http://ws.test/doc.pdf", b"%PDF-1.4 not really", [("Content-Type", "application/pdf")]))
     bodies_in.append(("http://ws.test/empty", b"", [("Content-Type", "text/html")]))
+    # the batch parse's charset passes (compiled) against parse_document's (Python): windows-1252 with
+    # the bytes 0x80-0x9F (five undefined: U+FFFD), Latin-1 labels, invalid and valid undeclared UTF-8,
+    # a BOM, no <body>, markup only
+    cp1252 = ("<html><head><title>Caf\u00e9 \u2026</title></head><body><article>\u201cQuoted\u201d words "
+              "\u2013 na\u00efve r\u00e9sum\u00e9 \u20ac5 \u2122</article><p>tail \u00ff\u00a0end</p></body>"
+              "</html>").encode("cp1252") + bytes([0x81, 0x8D, 0x8F, 0x90, 0x9D, 0x80, 0x9F])
+    for url, body, ct in (
+            ("http://cs.test/1252", cp1252, "text/html; charset=windows-1252"),
+            ("http://cs.test/latin1", cp1252, "text/html; charset=iso-8859-1"),
+            ("http://cs.test/undeclared-1252", cp1252, "text/html"),
+            ("http://cs.test/bad-utf8", b"<p>ok caf\xc3\xa9 \xed\xa0\x80 \xc3 three more words</p>",
+             "text/html; charset=utf-8"),
+            ("http://cs.test/overlong", b"<p>one two \xc0\xaf three \xf4\x90\x80\x80 four</p>", "text/html"),
+            ("http://cs.test/utf8", "<main>\u00fcber \u2019quoted\u2019 \U0001f600 words here</main>".encode(),
+             "text/html"),
+            ("http://cs.test/bom", b"\xef\xbb\xbf<p>bom caf\xc3\xa9 page</p>", "text/html; charset=utf-8"),
+            ("http://cs.test/nobody", b"<title>only a title</title>", "text/html"),
+            ("http://cs.test/markup", b"<html><body></body></html>", "text/html; charset=utf-8")):
+        bodies_in.append((url, body, [("Content-Type", ct)]))
     rows = []
     with WarcFile.open(root, "seg/ws.warc.gz") as w:
         for n, (url, body, headers) in enumerate(bodies_in):
@@ -690,7 +709,8 @@ def test_parse_bodies_from_memory_equals_the_warc_read_back_and_the_scalar_parse
 # ------------------------------------------------------------ UTF-8 bytes straight to Lexbor
 _HTML_PIECES = [b"<p>", b"</p>", b"<a href='/x'>", b"</a>", b"caf\xc3\xa9", b"\xe2\x80\x99", b"\xf0\x9f\x98\x80",
                 b"\xe9", b"\xc3", b"\xed\xa0\x80", b"\xf4\x90\x80\x80", b"\x00", b"\xef\xbb\xbf", b"&amp;", b" ",
-                b"\r\n", b"<script>x</script>", b"<title>t\xc3\xa9</title>", b"<meta charset=utf-8>", b"word"]
+                b"\r\n", b"<script>x</script>", b"<title>t\xc3\xa9</title>", b"<meta charset=utf-8>", b"word",
+                b"\x80\x81\x8d\x9f\xa0\xff", b"\xc0\xaf", b"\xe0\x80\xaf", b"\xf0\x8f\xbf\xbf", b"0123456789abcdef"]
 
 
 @settings(max_examples=1500, deadline=None)
@@ -711,11 +731,54 @@ def test_lexbor_gets_the_bytes_the_decoded_text_would_give(pieces: list[bytes], 
     got = LexborHTMLParser(_lexbor_input(payload, codec, skip, valid))
     want = LexborHTMLParser(payload[skip:].decode(codec, errors="replace"))
     assert got.html == want.html
+    # the batch parse's compiled charset passes (UTF-8 check, windows-1252 to UTF-8) give the same
+    compiled = _lexbor_input(payload, codec, skip, valid, compiled=True)
+    assert LexborHTMLParser(compiled).html == want.html
+    if codec == "cp1252":
+        assert compiled == payload.decode("cp1252", errors="replace").encode("utf-8")
     assert got.root.text(separator=" ") == want.root.text(separator=" ")
     headers = {"content-type": content_type} if content_type else {}
     doc = parse_html("http://h.test/", payload, headers)
     want.strip_tags(["script", "style", "noscript", "template"])
     assert doc.text == " ".join(want.body.text(separator=" ").split())
+
+
+_NEAR_UTF8 = st.lists(st.one_of(
+    st.binary(max_size=12),
+    st.text(max_size=12).map(lambda t: t.encode("utf-8", "surrogatepass")),  # lone surrogates: ED A0-BF ..
+    st.sampled_from([b"\xc0\x80", b"\xc1\xbf", b"\xc2\x80", b"\xe0\x9f\xbf", b"\xe0\xa0\x80", b"\xed\x9f\xbf",
+                     b"\xed\xa0\x80", b"\xef\xbf\xbf", b"\xf0\x8f\xbf\xbf", b"\xf0\x90\x80\x80", b"\xf4\x8f\xbf\xbf",
+                     b"\xf4\x90\x80\x80", b"\xf5\x80\x80\x80", b"\xff", b"\x80", b"\xe2\x82", b"\xf0\x9f\x98",
+                     b"plain ascii text", b"12345678"])), max_size=12).map(b"".join)
+
+
+@settings(max_examples=5000, deadline=None)
+@given(_NEAR_UTF8)
+def test_compiled_utf8_check_is_the_strict_decode(data: bytes) -> None:
+    """The batch parse's UTF-8 check says valid exactly when Python's strict decode succeeds: overlong
+    forms, surrogates, code points past U+10FFFF, truncated and stray bytes, at any offset from the
+    8-byte words it skips ASCII by."""
+    from crawl.parse import _utf8_valid
+
+    try:
+        data.decode("utf-8")
+        want = True
+    except UnicodeDecodeError:
+        want = False
+    for pad in range(9):  # the same bytes at every position relative to the 8-byte words
+        assert _utf8_valid(b"x" * pad + data) == want, (pad, data)
+
+
+@settings(max_examples=2000, deadline=None)
+@given(st.binary(max_size=64))
+def test_compiled_cp1252_is_the_codec(data: bytes) -> None:
+    """windows-1252 to UTF-8 in one pass is Python's ``cp1252`` decode (undefined bytes as U+FFFD)
+    then the UTF-8 encode selectolax made of the ``str``; every byte value once."""
+    from crawl.parse import _cp1252_utf8
+
+    assert _cp1252_utf8(data) == data.decode("cp1252", errors="replace").encode("utf-8")
+    every = bytes(range(256))
+    assert _cp1252_utf8(every) == every.decode("cp1252", errors="replace").encode("utf-8")
 
 
 @settings(max_examples=3000, deadline=None)

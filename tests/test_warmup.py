@@ -29,7 +29,7 @@ def test_embedded_workers_import_the_task_modules_before_any_task() -> None:
                 break
             time.sleep(0.2)
         assert seen == list(TASK_MODULES)
-        # and parse's compiled kernels are loaded (crawl.fingerprint.warm_up) before any task
+        # and parse's compiled kernels are loaded (crawl.parse.warm_up) before any task
         while time.monotonic() < deadline and not next(iter(client.run(_kernel_signatures).values())):
             time.sleep(0.2)
         assert next(iter(client.run(_kernel_signatures).values())) >= 1
@@ -51,7 +51,8 @@ def _numpy_hugepages() -> bool:
 
 def _kernel_signatures() -> int:
     module = sys.modules.get("crawl.fingerprint_kernel")
-    kernels = [getattr(module, name, None) for name in ("fingerprint_batch", "collapse_batch")]  # None while importing
+    kernels = [getattr(module, name, None) for name in ("fingerprint_batch", "collapse_batch", "utf8_valid",
+                                                         "single_byte_to_utf8")]  # None while importing
     return min(len(k.signatures) if k is not None else 0 for k in kernels)
 
 
