@@ -362,14 +362,28 @@ def utf8_valid(b, w):  # type: ignore[no-untyped-def]
 
 
 @_jit
-def single_byte_to_utf8(b, table, table_off, out):  # type: ignore[no-untyped-def]
+def single_byte_to_utf8(b, w, table, table_off, out):  # type: ignore[no-untyped-def]
     """UTF-8 of bytes ``b`` in a single-byte charset into ``out`` (3 bytes per input byte at most);
-    byte ``c`` becomes ``table[table_off[c]:table_off[c + 1]]``. Returns the length written.
+    byte ``c`` becomes ``table[table_off[c]:table_off[c + 1]]``, bytes below 0x80 themselves (runs of
+    whole ASCII words of ``w``, ``b`` as uint64, copied at once). Returns the length written.
 
     Why: a windows-1252 page went to Lexbor as a ``str`` (``bytes.decode``) that selectolax encodes
     back to UTF-8 at once: two passes and a ``str`` of the page for bytes one table pass gives."""
     o = 0
-    for i in range(b.size):
+    n = b.size
+    i = 0
+    while i < n:
+        if (i & 7) == 0:  # at a word boundary: copy the run of whole ASCII words
+            k = i >> 3
+            while k < w.size and (w[k] & _HIGH) == 0:
+                k += 1
+            e = k << 3
+            if e > i:
+                out[o:o + e - i] = b[i:e]
+                o += e - i
+                i = e
+                if i >= n:
+                    break
         c = b[i]
         if c < 0x80:
             out[o] = c
@@ -378,4 +392,5 @@ def single_byte_to_utf8(b, table, table_off, out):  # type: ignore[no-untyped-de
             for k in range(table_off[c], table_off[c + 1]):
                 out[o] = table[k]
                 o += 1
+        i += 1
     return o

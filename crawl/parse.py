@@ -344,7 +344,8 @@ def _cp1252_utf8(body: bytes) -> bytes:
 
     table, off = _cp1252_table()
     out = np.empty(3 * len(body), np.uint8)
-    n = single_byte_to_utf8(np.frombuffer(body, np.uint8), table, off, out)
+    n = single_byte_to_utf8(np.frombuffer(body, np.uint8), np.frombuffer(body, np.uint64, len(body) >> 3), table, off,
+                            out)
     return out[:n].tobytes()
 
 

@@ -770,13 +770,15 @@ def test_compiled_utf8_check_is_the_strict_decode(data: bytes) -> None:
 
 
 @settings(max_examples=2000, deadline=None)
-@given(st.binary(max_size=64))
+@given(st.one_of(st.binary(max_size=64), st.text(st.characters(max_codepoint=0x7f), max_size=40).map(str.encode)))
 def test_compiled_cp1252_is_the_codec(data: bytes) -> None:
     """windows-1252 to UTF-8 in one pass is Python's ``cp1252`` decode (undefined bytes as U+FFFD)
     then the UTF-8 encode selectolax made of the ``str``; every byte value once."""
     from crawl.parse import _cp1252_utf8
 
-    assert _cp1252_utf8(data) == data.decode("cp1252", errors="replace").encode("utf-8")
+    for pad in range(9):  # at every position relative to the ASCII words it copies at once
+        padded = b"x" * pad + data + b"plain ascii words"
+        assert _cp1252_utf8(padded) == padded.decode("cp1252", errors="replace").encode("utf-8")
     every = bytes(range(256))
     assert _cp1252_utf8(every) == every.decode("cp1252", errors="replace").encode("utf-8")
 
