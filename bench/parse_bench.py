@@ -16,6 +16,9 @@ and prints CPU ms per page of each side and ``RESULT parse_cpu_ms_per_page=… b
 
     .venv/bin/python bench/parse_bench.py --pages 100 --rounds 1 --simweb-hosts 150 --html-only \
         --baseline-rev 4d69ba7 --reps 6
+
+``--stages`` times the HTML pass and the link resolution alone; ``--bodies`` times ``parse_bodies`` over the
+bodies held in memory (no WARC read), both sides alternated every 300 pages in one process.
 """
 
 from __future__ import annotations
@@ -144,7 +147,15 @@ def main() -> None:
     ap.add_argument("--stages", action="store_true",
                     help="with --baseline-rev: only time the HTML pass (alternated every 250 pages) and the link resolution of each side, "
                          "bodies in memory, alternated, and check their outputs are equal")
+    ap.add_argument("--bodies", action="store_true",
+                    help="with --baseline-rev: only time parse_bodies over the bodies held in memory, both sides in one "
+                         "process, alternated every 300 pages (thread CPU), and check their tables are equal")
     args = ap.parse_args()
+    if args.bodies:
+        if not args.baseline_rev:
+            ap.error("--bodies needs --baseline-rev")
+        simweb_bodies(args.simweb_hosts, args.baseline_rev, args.reps, args.html_only)
+        return
     if args.stages:
         if not args.baseline_rev:
             ap.error("--stages needs --baseline-rev")
@@ -365,6 +376,45 @@ def simweb_stages(hosts: int, baseline_rev: str, reps: int, html_only: bool = Fa
         print(f"{stage:5s} current : CPU ms/page {', '.join(f'{x:.4f}' for x in c)} (median {statistics.median(c):.4f})")
         print(f"RESULT stage={stage} current={statistics.median(c):.4f} baseline={statistics.median(b):.4f} "
               f"ratio={statistics.median(b) / statistics.median(c):.2f} outputs={'identical' if same else 'DIFFER'}")
+
+
+def simweb_bodies(hosts: int, baseline_rev: str, reps: int, html_only: bool = False) -> None:
+    """CPU ms per page of ``parse_bodies`` (HTML pass, links, text column, fingerprints, no WARC read)
+    of the current tree and of ``baseline_rev`` over the simulated web's bodies held in memory, the two
+    alternated every 300 pages so that the box's load swings hit both alike (thread CPU time); prints
+    each run's figures, the medians and in how many runs the current side was lower."""
+    import pyarrow.compute as pc
+
+    import crawl.parse as current
+
+    current.warm_up()
+    with tempfile.TemporaryDirectory() as root:
+        table = simweb_warc(root, hosts)
+        if html_only:
+            table = table.filter(pc.starts_with(table.column("content_type"), "text/html"))
+        bodies = [(r, list(h), p) for r, h, p in current.warc_bodies(root, table)]
+    sides = [("baseline", load_parse_at(baseline_rev)), ("current", current)]
+    got = {name: mod.parse_bodies(table, bodies, 500) for name, mod in sides}  # untimed: kernels compile
+    same = got["baseline"][0].equals(got["current"][0]) and got["baseline"][1].equals(got["current"][1])
+    del got
+    n, chunk = len(bodies), 300
+    cpu: dict[str, list[float]] = {name: [] for name, _ in sides}
+    for rep in range(max(1, reps)):
+        spent = {name: 0 for name, _ in sides}
+        for k, i in enumerate(range(0, n, chunk)):
+            for name, mod in (sides if (rep + k) % 2 == 0 else sides[::-1]):
+                c = time.thread_time_ns()
+                mod.parse_bodies(table, bodies[i:i + chunk], 500)
+                spent[name] += time.thread_time_ns() - c
+        for name in spent:
+            cpu[name].append(spent[name] / n / 1e6)
+    b, c = statistics.median(cpu["baseline"]), statistics.median(cpu["current"])
+    lower = sum(x < y for x, y in zip(cpu["current"], cpu["baseline"], strict=True))
+    print(f"simulated web: {n} pages, bodies in memory, {max(1, reps)} runs, load {os.getloadavg()[0]:.1f}")
+    for name in cpu:
+        print(f"parse_bodies {name:8s}: CPU ms/page {', '.join(f'{x:.4f}' for x in cpu[name])}")
+    print(f"RESULT parse_bodies_ms_per_page={c:.4f} baseline={b:.4f} ratio={b / c:.3f} lower_in={lower}/{len(cpu['current'])} "
+          f"tables={'identical' if same else 'DIFFER'}")
 
 
 def partition_rate(raw: list[bytes]) -> float:
