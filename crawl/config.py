@@ -277,7 +277,7 @@ class CrawlConfig:
     # Partitions that may be rendered (render_auto, or a host in render_hosts) parse in a separate task,
     # after the render task.
     parse_in_fetch_max_bytes: int = 268_435_456
-    parse_overlap_docs: int = 0  # parse in the fetch task: held documents parsed on a side thread during the fetch, this many a chunk (256 measured); 0 = after the fetch (default: on 2 busy cores it cost CPU and won nothing, bench/RESULTS.md)
+    parse_overlap_docs: int = 0  # parse in the fetch task: held documents parsed on a side thread during the fetch, paced by the fetch loop's lag (crawl.parse_ahead), this many a chunk (64 measured); 0 = after the fetch (default: with the warm simulated web there is no slack to fill, +5 % CPU, bench/RESULTS.md "Round-end parse at scale")
 
     # per-request limits
     connect_timeout_s: float = 5.0

@@ -185,7 +185,8 @@ def fetch_task(cfg: CrawlConfig, round_no: int, part: int, now: datetime, token:
         chunks = [(c, [first + r for r in c.rows]) for c in ahead.chunks]
         out.stats["parse_ahead"] = sum(len(c.rows) for c in ahead.chunks)
         out.stats["parse_ahead_s"] = round(ahead.busy_s, 3)  # the side thread's CPU
-        out.stats["parse_ahead_wait_s"] = round(waited, 3)  # its backlog, parsed after the fetch ended
+        out.stats["parse_ahead_paced_s"] = round(ahead.paced_s, 3)  # it waited for the loop's slack
+        out.stats["parse_ahead_wait_s"] = round(waited, 3)  # finish(): the document in hand
     # the rows name each WARC file by the path it will have once the round is published
     staging = store.staged(round_no, "")
     fetches = out.fetches.set_column(
