@@ -42,7 +42,6 @@ from __future__ import annotations
 import codecs
 import functools
 import importlib
-import importlib.metadata
 import logging
 import re
 import threading

@@ -30,8 +30,10 @@ ENTRY_POINT_GROUP = "recrawl.parsers"
 _MIME_RE = re.compile(r"^[a-z0-9][a-z0-9!#$&^_.+-]*/[a-z0-9][a-z0-9!#$&^_.+-]*$")
 _SPEC_RE = PARSER_SPEC_RE  # one definition: crawl.config validates the same shape
 
+
 class ParserLoadError(ValueError):
     """A parser named by config or entry point cannot be loaded; the message names it."""
+
 
 def parser(*mime_types: str) -> Callable[[Parser], Parser]:
     """Declare the MIME types a parser function handles, for :func:`install_parsers`::
@@ -51,6 +53,7 @@ def parser(*mime_types: str) -> Callable[[Parser], Parser]:
         return fn
 
     return mark
+
 
 def load_parser(spec: str, fallback_mime: str | None = None) -> tuple[Parser, tuple[str, ...]]:
     """Import ``module:function`` and return it with its MIME types (from :func:`parser`, else

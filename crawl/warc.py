@@ -169,15 +169,14 @@ def _gzip(data: bytes | memoryview) -> bytes:
     return isal_zlib.compress(data, GZIP_LEVEL, 31)
 
 
+def _renamed(name: str) -> str:
+    """A wire header's name as a response record stores it: the ones describing the wire encoding
+    (:data:`_RENAMED_HEADERS`) get ``X-Crawler-``, since the stored payload is decoded."""
+    return "X-Crawler-" + name if name.lower() in _RENAMED_HEADERS else name
+
+
 def _response_headers(headers: list[tuple[str, str]], payload_len: int) -> list[tuple[str, str]]:
-    out: list[tuple[str, str]] = []
-    for name, value in headers:
-        if name.lower() in _RENAMED_HEADERS:
-            out.append(("X-Crawler-" + name, value))
-        else:
-            out.append((name, value))
-    out.append(("Content-Length", str(payload_len)))
-    return out
+    return [*((_renamed(name), value) for name, value in headers), ("Content-Length", str(payload_len))]
 
 
 _STORED_NAMES: dict[str, str] = {}  # wire header name -> "its stored name: " (_stored_name)
@@ -187,7 +186,7 @@ _STORED_NAMES_MAX = 4096  # distinct names remembered (a hostile server may send
 def _stored_name(name: str) -> str:
     """``"<name>: "`` as a response record stores the header ``name`` (:func:`_response_headers`'
     renaming), remembered for the next record."""
-    line = ("X-Crawler-" + name if name.lower() in _RENAMED_HEADERS else name) + ": "
+    line = _renamed(name) + ": "
     if len(_STORED_NAMES) < _STORED_NAMES_MAX:
         _STORED_NAMES[name] = line
     return line
