@@ -224,6 +224,8 @@ def load_parse_at(rev: str):
     link_import = "from crawl.url import WEB_SCHEMES, resolve_many"
     if link_import in parse_src:  # that revision's link resolution too (crawl/url/links.py and parse.py)
         parse_src = parse_src.replace(link_import, "from parse_baseline_links import WEB_SCHEMES, resolve_many")
+        # and its per-key resolution (else the baseline would run the current tree's crawl/url/links.py)
+        parse_src = parse_src.replace("from crawl.url.links import", "from parse_baseline_links import")
         modules += [("parse_baseline_urlparse", source("crawl/url/parse.py")),
                     ("parse_baseline_links", source("crawl/url/links.py").replace(
                         "from crawl.url.parse import", "from parse_baseline_urlparse import"))]

@@ -816,3 +816,38 @@ def test_resolve_many_on_wpt_urltestdata() -> None:
     got = resolve_many(hrefs, row_bases).to_pylist()
     bad = [(h, b, g) for h, b, g in zip(hrefs, row_bases, got, strict=True) if g != resolve(h, b)]
     assert not bad, bad[:5]
+
+
+def test_resolve_many_answers_plain_keys_as_columns(monkeypatch) -> None:
+    """Plain hrefs (absolute in WHATWG's form, scheme-relative, ``/``-rooted, path-relative with and
+    without leading ``./`` / ``../``) are answered by column operations (``_plain_keys``): no Python per
+    distinct key (``_resolve_key`` is not called), and each answer is :func:`resolve`'s; the keys it
+    must leave to Python (ports, upper-case hosts, dot segments, %2e, backslashes, xn--, other schemes,
+    an invalid base) still are."""
+    import crawl.url.links as links
+    from crawl.url.links import resolve, resolve_many
+
+    calls: list[str | None] = []
+    real = links._resolve_key
+
+    def counting(href, *args):  # type: ignore[no-untyped-def]
+        calls.append(href)
+        return real(href, *args)
+
+    monkeypatch.setattr(links, "_resolve_key", counting)
+    plain = ["https://cdn.example.com/a/b.js?v=1#x", "http://h.test/", "//cdn.h-1.test/img/x.png", "/", "/a/b?q=1",
+             "page.html", "./p", "../up.html", "../../x/y", "./../z", "../", "b@c/d;e=f", "~u/%41"]
+    bases = ["http://h.test/a/b/c.html", "https://www.example.com/", "http://h.test", "https://s.h.test/x/y/z/",
+             "http://h.test/a/b/c.html"]
+    hrefs = [h for _ in bases for h in plain]
+    row_bases = [b for b in bases for _ in plain]
+    got = resolve_many(hrefs, row_bases).to_pylist()
+    assert got == [resolve(h, b) for h, b in zip(hrefs, row_bases, strict=True)]
+    assert calls == [], calls[:5]
+    slow = ["http://h.test:80/a", "http://H.test/a", "/a/./b", "/a/%2e/b", "..\\x", "https://xn--bcher-kva.de/",
+            "ftp://f.test/", "HTTP://h.test/", "/a\\b", "http://1.2.3.4/", "//h.test:8080/x"]
+    hrefs = slow + ["a/b", "/x"]
+    row_bases = ["http://h.test/d/e"] * len(slow) + ["http://h:99999/a/", "http://h:99999/a/"]
+    got = resolve_many(hrefs, row_bases).to_pylist()
+    assert got == [resolve(h, b) for h, b in zip(hrefs, row_bases, strict=True)]
+    assert sorted(calls) == sorted(slow + ["a/b", "/x"]), calls  # one call per distinct key
