@@ -851,3 +851,14 @@ def test_resolve_many_answers_plain_keys_as_columns(monkeypatch) -> None:
     got = resolve_many(hrefs, row_bases).to_pylist()
     assert got == [resolve(h, b) for h, b in zip(hrefs, row_bases, strict=True)]
     assert sorted(calls) == sorted(slow + ["a/b", "/x"]), calls  # one call per distinct key
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.text(alphabet="a./%2?#\\ xZ:-~é\t", max_size=9), min_size=1, max_size=60))
+def test_plain_column_equals_plain_rest(values: list[str]) -> None:
+    """The one-pass RE2 form of the plain check (kept characters, no "/." and no "%2") says what
+    ``_plain_rest``'s tests but the first-character one say, string by string."""
+    from crawl.url.links import _KEPT_RE, _plain_column
+
+    want = ["/." not in v and "%2" not in v and _KEPT_RE.fullmatch(v) is not None for v in values]
+    assert _plain_column(pa.array(values, pa.string())).tolist() == want

@@ -283,11 +283,14 @@ def resolve_run_keys(hrefs: list[str | None], bases: Sequence[str | None], sizes
     return pc.replace_with_mask(fast_vals, pa.array(~fast), pa.array(out, pa.string())), key_id
 
 
-# the column forms of the plain checks (RE2 through Arrow): kept characters only (_plain_rest's regex);
-# an absolute URL WHATWG serialises as it is: _PLAIN_ABSOLUTE's host, lower-case (never an IPv4
-# number), no port, a path. RE2 takes no {0,126} of a group: a host of at most 253 characters has at
-# most 127 labels of >= 1 character, which _HOST_253 checks
-_KEPT_COLUMN = "^" + _KEPT + "*$"
+# the column forms of the plain checks (RE2 through Arrow). _PLAIN_COLUMN: kept characters only, no "/."
+# and no "%2" (_plain_rest but its first-character test), in one pass: N is a kept character but "/" and
+# "%"; a run of "/" and "%" ends the string or is followed by an N its last one allows (no "." after "/",
+# no "2" after "%"). _ABSOLUTE_COLUMN: an absolute URL WHATWG serialises as it is (_PLAIN_ABSOLUTE's
+# host, lower-case, never an IPv4 number; no port; a path). RE2 takes no {0,126} of a group: a host of
+# at most 253 characters has at most 127 labels of >= 1 character, which _HOST_253 checks
+_N = r"A-Za-z0-9\-._~!$&()*+,;=:@?#"
+_PLAIN_COLUMN = f"^(?:[{_N}]|[/%]*(?:/[{_N.replace('.', '')}]|%[{_N.replace('0-9', '013-9')}]))*[/%]*$"
 _ABSOLUTE_COLUMN = r"^https?://(?:[a-z0-9-]{1,63}\.)*[a-z][a-z0-9-]{0,62}/" + _KEPT + "*$"
 _HOST_253 = r"^https?://[a-z0-9.-]{1,253}/"
 _LEAD_COLUMN = "^(?P<lead>" + _LEAD_DOTS.pattern + ")"  # a path-relative href's leading ./ and ../ run
@@ -295,19 +298,20 @@ _LEAD_COLUMN = "^(?P<lead>" + _LEAD_DOTS.pattern + ")"  # a path-relative href's
 
 def _plain_column(values: pa.Array) -> np.ndarray:
     """:func:`_plain_rest` of each string but its first-character test (the callers make it)."""
-    dots = pc.or_(pc.match_substring(values, "/."), pc.match_substring(values, "%2"))
-    return pc.and_(pc.match_substring_regex(values, _KEPT_COLUMN), pc.invert(dots)).to_numpy(zero_copy_only=False)
+    return pc.match_substring_regex(values, _PLAIN_COLUMN).to_numpy(zero_copy_only=False)
 
 
 def _as_is_column(values: pa.Array, schemes: tuple[str, ...]) -> np.ndarray:
     """Each absolute URL that :func:`_plain_absolute` gives back unchanged (its scheme one of ``schemes``)."""
     ok = pc.and_(pc.match_substring_regex(values, _ABSOLUTE_COLUMN), pc.match_substring_regex(values, _HOST_253))
     ok = pc.and_(ok, pc.invert(pc.match_substring(values, "xn--"))).to_numpy(zero_copy_only=False)
-    allowed = np.zeros(len(values), bool)
-    for scheme in ("http", "https"):
-        if scheme in schemes:
-            allowed |= pc.starts_with(values, scheme + "://").to_numpy(zero_copy_only=False)
-    return ok & allowed & _plain_column(values)
+    if not ("http" in schemes and "https" in schemes):  # (the pattern allows only these two)
+        allowed = np.zeros(len(values), bool)
+        for scheme in ("http", "https"):
+            if scheme in schemes:
+                allowed |= pc.starts_with(values, scheme + "://").to_numpy(zero_copy_only=False)
+        ok &= allowed
+    return ok & _plain_column(values)
 
 
 def _plain_keys(distinct: pa.Array, k_href: np.ndarray, k_kind: np.ndarray, k_run: np.ndarray,
