@@ -416,6 +416,8 @@ def _selector() -> LexborCSSSelector:
 _HEAD_AND_LINK_CSS = "meta, title, html, base[href], " + _LINK_CSS
 _REFRESH_URL = re.compile(r"^\s*\d*(?:\.\d*)?\s*[;,]\s*(?:url\s*=\s*)?[\"']?([^\"']+)", re.IGNORECASE)
 _SKIP_SCHEMES = ("mailto:", "javascript:", "data:", "tel:")
+_SKIP_FIRST = "mjdtMJDT"  # their first characters, either case
+_LANG_SPLIT = re.compile(r"[-_,\s]")  # the end of a language tag's primary subtag
 _HREF_WS = " \t\n\r\f"  # HTML's ASCII whitespace, stripped around an attribute's URL
 
 
@@ -495,7 +497,9 @@ def _parse_html_deferred(url: str, payload: bytes, headers: Mapping[str, str],
             href = attrs.get("href")
             if href is not None:
                 href = href.strip(_HREF_WS)
-                if href and href[0] != "#" and not href[:11].lower().startswith(_SKIP_SCHEMES):
+                # a skipped scheme's first character (no other character lower-cases to one of them)
+                if href and href[0] != "#" and (href[0] not in _SKIP_FIRST
+                                                or not href[:11].lower().startswith(_SKIP_SCHEMES)):
                     hrefs.append(href)
                     kinds.append(tag)
                     rel = attrs.get("rel")
@@ -534,7 +538,7 @@ def _parse_html_deferred(url: str, payload: bytes, headers: Mapping[str, str],
     lang = html_el.attributes.get("lang") if html_el is not None else None
     lang = lang or h.get("content-language")
     if lang:
-        primary = re.split(r"[-_,\s]", lang.strip().lower(), maxsplit=1)[0]
+        primary = _LANG_SPLIT.split(lang.strip().lower(), maxsplit=1)[0]
         doc.language = primary or None
     if base_el is not None:
         raw.base_href = (base_el.attributes.get("href") or "").strip() or None
