@@ -854,11 +854,16 @@ def test_resolve_many_answers_plain_keys_as_columns(monkeypatch) -> None:
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.lists(st.text(alphabet="a./%2?#\\ xZ:-~é\t", max_size=9), min_size=1, max_size=60))
+@given(st.lists(st.text(alphabet="a./%2?#\\ xZ:-~é\t\x00\x1f!", max_size=9), min_size=1, max_size=60))
 def test_plain_column_equals_plain_rest(values: list[str]) -> None:
     """The one-pass RE2 form of the plain check (kept characters, no "/." and no "%2") says what
     ``_plain_rest``'s tests but the first-character one say, string by string."""
-    from crawl.url.links import _KEPT_RE, _plain_column
+    import pyarrow.compute as pc
+
+    from crawl.url.links import _CTRL_OR_SPACE, _KEPT_RE, _PATH_RELATIVE_COLUMN, _plain_column
 
     want = ["/." not in v and "%2" not in v and _KEPT_RE.fullmatch(v) is not None for v in values]
     assert _plain_column(pa.array(values, pa.string())).tolist() == want
+    # and the path-relative shape's test (resolve_run_keys' classification of distinct hrefs)
+    want = [v[:1] not in ("", "?", "#") and ":" not in v and _CTRL_OR_SPACE.search(v) is None for v in values]
+    assert pc.match_substring_regex(pa.array(values, pa.string()), _PATH_RELATIVE_COLUMN).to_pylist() == want

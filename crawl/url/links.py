@@ -41,6 +41,8 @@ _ABSOLUTE = ("http://", "https://")
 
 _CTRL_OR_SPACE = re.compile(r"[\x00-\x20]")  # stripped or removed by the WHATWG parser: no prefix keys then
 _DOT_SEGMENTS = (".", "..")
+# a non-empty href not starting with ? or #, without ":" or what _CTRL_OR_SPACE finds, in one RE2 pass
+_PATH_RELATIVE_COLUMN = r"^[^?#:\x00-\x20][^:\x00-\x20]*$"
 
 
 def _base_prefixes(base: str | None) -> tuple[str, str | None] | None:
@@ -224,9 +226,7 @@ def resolve_run_keys(hrefs: list[str | None], bases: Sequence[str | None], sizes
         slash = pc.fill_null(pc.is_in(first, pa.array(["/", "\\"])), False).to_numpy(zero_copy_only=False)
         absolute = pc.or_(pc.starts_with(distinct, _ABSOLUTE[0]),
                           pc.starts_with(distinct, _ABSOLUTE[1])).to_numpy(zero_copy_only=False)
-        path_rel = pc.invert(pc.or_(pc.or_(pc.is_in(first, pa.array(["", "?", "#"])),
-                                           pc.match_substring(distinct, ":")),
-                                    pc.match_substring_regex(distinct, _CTRL_OR_SPACE.pattern)))
+        path_rel = pc.match_substring_regex(distinct, _PATH_RELATIVE_COLUMN)  # (_path_relative's test)
         shape[path_rel.to_numpy(zero_copy_only=False) & ~slash] = 2
         shape[slash] = 1
         shape[absolute] = 0
