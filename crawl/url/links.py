@@ -14,11 +14,15 @@ Ada calls on the simulated web). Within those keys a *plain* href, made of chara
 as they are and without dot segments, is the prefix Ada gives once per authority (``/``) or per
 directory and leading ``../`` run (``../x``) plus the href; a plain absolute URL (lower-case ASCII
 host, no ``xn--``) is serialised by hand: 15 -> 2.5 Ada calls per simulated-web page. The key of
-every row is computed in C (Arrow hashing, NumPy), and Python runs once per distinct key
-(:func:`resolve_run_keys`; 118k rows, 46k keys on the parse bench's 2,997 simulated-web pages). An Arrow
-column path for the common href shapes (absolute, root-relative, directory-relative, ``../``) used
-to sit here; ``bench/urls_bench.py`` measured it at 2.2x the per-pair calls' CPU time on 1 M
-simulated-web links once Ada does the parsing, below the 3x a column form must earn (issue 8).
+every row is computed in C (Arrow hashing, NumPy) (:func:`resolve_run_keys`; 118k rows, 46k keys on
+the parse bench's 2,997 simulated-web pages), and the plain keys' answers too (:func:`_plain_keys`: RE2
+tests, one string join; Python once per authority and per directory and leading ``../`` run), so
+Python runs per key only for the rest (ports, upper-case hosts, dot segments...: ~6 % of the keys).
+History: an Arrow column path that *replaced Ada's parsing* for the common shapes once sat here;
+``bench/urls_bench.py`` measured it at 2.2x the per-pair calls on 1 M links, below issue 8's 3x, and
+it went. ``_plain_keys`` keeps Ada for everything it parsed and only takes over the string work the
+per-key Python did after it (2.1x on that part, 1.3-1.4x on the link stage: bench/RESULTS.md,
+"Parse CPU, links as columns"); the hypothesis and WHATWG-data tests hold it equal to :func:`resolve`.
 """
 
 from __future__ import annotations
@@ -205,9 +209,11 @@ def resolve_run_keys(hrefs: list[str | None], bases: Sequence[str | None], sizes
     Why per distinct key: the rows of a partition hold ~2.6 times fewer distinct (href, what of the
     base it reads) keys than rows (menus and footers). The key of every row is computed in C (the
     hrefs dictionary-encoded by Arrow, their shape classified once per distinct href, the base's
-    authority / directory id once per run, the combination in NumPy), and Python runs once per
-    distinct key, in the order of their first rows, so the per-key answers, and the caches they fill,
-    are those of a row-by-row pass over the same input.
+    authority / directory id once per distinct base, the combination in NumPy); the plain keys are
+    answered as columns (:func:`_plain_keys`) and Python runs once per other distinct key, in the order of
+    their first rows. The caches (an authority's root, a (lead, directory)'s directory) hold what depends
+    only on their key, so which base of a shared prefix fills them first does not change an answer (the
+    hypothesis test mixes bases sharing a prefix in any order).
     """
     schemes = tuple(schemes)
     n = len(hrefs)
@@ -345,8 +351,7 @@ def _plain_keys(distinct: pa.Array, k_href: np.ndarray, k_kind: np.ndarray, k_ru
             base = bases[r]
             pre = prefixes[base]
             if leads is None:
-                root = _root(pre, base, schemes, roots)  # type: ignore[arg-type]
-                p = None if root is None else root
+                p = _root(pre, base, schemes, roots)  # type: ignore[arg-type]
             else:
                 dk = (leads[k], pre[1])  # type: ignore[index]
                 p = dirs[dk] if dk in dirs else dirs.setdefault(dk, _directory(leads[k], pre, base, schemes, roots))  # type: ignore[arg-type]
@@ -420,7 +425,6 @@ def _plain_keys(distinct: pa.Array, k_href: np.ndarray, k_kind: np.ndarray, k_ru
     pos = np.full(n, -1, np.int64)
     pos[rows[order]] = np.arange(len(rows))
     return fast, vals.take(pa.array(pos, mask=pos < 0))
-
 
 
 def _resolve_key(href: str | None, base: str | None, kind: int, schemes: tuple[str, ...],
