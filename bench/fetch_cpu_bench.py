@@ -18,16 +18,20 @@ runs the current tree once in this process under cProfile and prints the top fun
 
 Ends with ``RESULT fetch_cpu_ms_per_page=… baseline=… ratio=… loop_ms_per_page=…`` (ratio = baseline / current,
 medians; > 1 means the current tree spends less CPU per page; ``loop_…``: the event loop thread alone,
-``time.thread_time``). ``--hold`` calls it as the fetch+parse task does (bodies held for the parse).
+``time.thread_time``; ``writer_…``: the WARC writer thread, read by the thread as it ends). Each run also
+prints both threads' context switches and page faults per page. ``--hold`` calls it as the fetch+parse
+task does (bodies held for the parse).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import gc
 import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -87,14 +91,62 @@ def run_once(fetchlist_path: Path, port: int, work: Path, prefix: str, checkpoin
             gc_s[info["generation"]] += time.thread_time() - gc_at[0]
 
     gc.callbacks.append(on_gc)
+    ctx0 = _ctx_switches()
+    lflt0 = resource.getrusage(resource.RUSAGE_THREAD).ru_minflt
     t0, c0, l0 = time.perf_counter(), time.process_time(), time.thread_time()
-    out = fetch_partition(cfg, fl, root=str(work / "out"), warc_prefix=prefix, now=datetime.now(UTC), **kw)
+    with _writer_thread_cpu() as writer:
+        out = fetch_partition(cfg, fl, root=str(work / "out"), warc_prefix=prefix, now=datetime.now(UTC), **kw)
     cpu, wall, loop_cpu = time.process_time() - c0, time.perf_counter() - t0, time.thread_time() - l0
+    ctx1 = _ctx_switches()
+    lflt = resource.getrusage(resource.RUSAGE_THREAD).ru_minflt - lflt0
     gc.callbacks.remove(on_gc)
     pages = out.fetches.filter(pc.equal(out.fetches.column("subset"), "warc"))
     fetched = int(pc.sum(pc.equal(pages.column("status"), "fetched")).as_py() or 0)
-    return {"cpu_s": cpu, "loop_cpu_s": loop_cpu, "gc_s": gc_s, "wall_s": wall, "fetched": fetched, "rows": out.fetches.num_rows,
+    return {"cpu_s": cpu, "loop_cpu_s": loop_cpu, "writer_cpu_s": writer.get("cpu_s", 0.0),
+            "writer_ctx": writer.get("ctx", (0, 0)), "writer_minflt": writer.get("minflt", 0),
+            "loop_minflt": lflt, "loop_ctx": (ctx1[0] - ctx0[0], ctx1[1] - ctx0[1]), "gc_s": gc_s, "wall_s": wall,
+            "fetched": fetched, "rows": out.fetches.num_rows,
             "requests": out.stats.get("requests", 0), "robots": out.stats.get("robots_requests", 0)}
+
+
+def _ctx_switches() -> tuple[int, int]:
+    """(voluntary, involuntary) context switches of the calling thread so far."""
+    vol = inv = 0
+    with open("/proc/thread-self/status") as fh:
+        for line in fh:
+            if line.startswith("voluntary_ctxt_switches"):
+                vol = int(line.split()[1])
+            elif line.startswith("nonvoluntary_ctxt_switches"):
+                inv = int(line.split()[1])
+    return vol, inv
+
+
+@contextlib.contextmanager
+def _writer_thread_cpu():  # noqa: ANN202
+    """The WARC writer thread's CPU seconds and context switches, read by the thread as it ends
+    (its ``_loop`` wrapped; the class of whichever tree is imported)."""
+    from crawl.fetch import warcwriter
+
+    out: dict = {}
+    orig = warcwriter._WarcWriter._loop
+
+    def loop(self) -> None:  # noqa: ANN001
+        c0, x0 = time.thread_time(), _ctx_switches()
+        f0 = resource.getrusage(resource.RUSAGE_THREAD).ru_minflt
+        try:
+            orig(self)
+        finally:
+            x1 = _ctx_switches()
+            out["minflt"] = out.get("minflt", 0) + resource.getrusage(resource.RUSAGE_THREAD).ru_minflt - f0
+            out["cpu_s"] = out.get("cpu_s", 0.0) + time.thread_time() - c0
+            ctx = out.get("ctx", (0, 0))
+            out["ctx"] = (ctx[0] + x1[0] - x0[0], ctx[1] + x1[1] - x0[1])
+
+    warcwriter._WarcWriter._loop = loop
+    try:
+        yield out
+    finally:
+        warcwriter._WarcWriter._loop = orig
 
 
 def child(args: argparse.Namespace) -> None:
@@ -206,17 +258,25 @@ def main() -> None:
                              args.checkpoint_every))
         cpu: dict[str, list[float]] = {side[0]: [] for side in sides}
         loop: dict[str, list[float]] = {side[0]: [] for side in sides}
+        wcpu: dict[str, list[float]] = {side[0]: [] for side in sides}
         rate: dict[str, list[float]] = {side[0]: [] for side in sides}
         for rep in range(args.reps):
             for name, tree, hold, every in (sides if rep % 2 == 0 else sides[::-1]):
                 r = spawn(tree, fl_path, port, work / f"{name}{rep}", f"warc/{name}{rep}", every, hold)
                 ms = 1000 * r["cpu_s"] / max(r["fetched"], 1)
                 lms = 1000 * r.get("loop_cpu_s", 0.0) / max(r["fetched"], 1)
+                wms = 1000 * r.get("writer_cpu_s", 0.0) / max(r["fetched"], 1)
                 cpu[name].append(ms)
                 loop[name].append(lms)
+                wcpu[name].append(wms)
                 rate[name].append(r["fetched"] / r["wall_s"])
-                print(f"rep {rep} {name:8s}: {r['fetched']} pages, {ms:.3f} ms CPU/page (loop thread {lms:.3f}), "
-                      f"{r['fetched'] / r['wall_s']:.0f} pages/s", flush=True)
+                n = max(r["fetched"], 1)
+                wctx, lctx = r.get("writer_ctx", (0, 0)), r.get("loop_ctx", (0, 0))
+                print(f"rep {rep} {name:8s}: {r['fetched']} pages, {ms:.3f} ms CPU/page (loop thread {lms:.3f}, "
+                      f"writer {wms:.3f}), {r['fetched'] / r['wall_s']:.0f} pages/s; context switches a page "
+                      f"(voluntary/involuntary) writer {wctx[0] / n:.2f}/{wctx[1] / n:.2f} loop {lctx[0] / n:.2f}/"
+                      f"{lctx[1] / n:.2f}; page faults a page writer {r.get('writer_minflt', 0) / n:.1f} loop "
+                      f"{r.get('loop_minflt', 0) / n:.1f}; load {os.getloadavg()[0]:.1f}", flush=True)
                 shutil.rmtree(work / f"{name}{rep}", ignore_errors=True)
         cur = statistics.median(cpu["current"])
         line = f"RESULT fetch_cpu_ms_per_page={cur:.3f}"
@@ -224,10 +284,11 @@ def main() -> None:
             base = statistics.median(cpu["baseline"])
             line += f" baseline={base:.3f} ratio={base / cur:.2f}"
         lcur = statistics.median(loop["current"])
-        line += f" loop_ms_per_page={lcur:.3f}"
+        line += f" loop_ms_per_page={lcur:.3f} writer_ms_per_page={statistics.median(wcpu['current']):.3f}"
         if len(sides) > 1:
             lbase = statistics.median(loop["baseline"])
             line += f" loop_baseline={lbase:.3f} loop_ratio={lbase / lcur:.2f}"
+            line += f" writer_baseline={statistics.median(wcpu['baseline']):.3f}"
             print(f"pages/s median: current {statistics.median(rate['current']):.0f}, "
                   f"baseline {statistics.median(rate['baseline']):.0f} ({args.baseline_rev or 'fetch-only call'})")
         print(line + f" load={load0:.1f}-{os.getloadavg()[0]:.1f}")
