@@ -14,7 +14,7 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -28,6 +28,9 @@ from crawl.progress import steps_of
 from crawl.store import Store
 from crawl.tasks import fetch_parse_task, fetch_task, host_crawl_delays, parse_task, render_task, robots_keys
 from crawl.url import InvalidURL, canonicalize, filter_reason, host_of, parse_url, url_hash
+
+if TYPE_CHECKING:
+    from crawl.update import EarlyLinks
 
 SEED_PRIORITY = 1_000.0
 PART_RETRIES = 2  # resubmissions of a partition whose fetch or parse raised a retryable error
@@ -190,23 +193,25 @@ def _generate(cfg: CrawlConfig, now: datetime | None) -> dict[str, Any]:
 
 # ---- fetch + parse on Dask ------------------------------------------------------------------------
 def fetch_parse(cfg: CrawlConfig, round_no: int, now: datetime | None = None,
-                progress: Progress | None = None, client: Any = None, lease: Lease | None = None) -> dict[str, Any]:
+                progress: Progress | None = None, client: Any = None, lease: Lease | None = None,
+                on_parsed: Callable[[int], None] | None = None) -> dict[str, Any]:
     """Run the fetch and parse of every fetch-list partition on the Dask cluster (one task per
     partition that does both, or fetch -> render -> parse tasks when the crawl renders; see
     :func:`_run_parts`).
 
     Under the lease: first wait until a dead previous attempt's fetchers are known to have stopped
     (:meth:`Lease.wait_quiet`), then hand the fencing token to every fetch task, which stops between
-    requests once the token is no longer current.
+    requests once the token is no longer current. ``on_parsed(part)``: called on this process as each
+    partition's fetch and parse end (with ``client`` given: run_round starts update's link parts).
     """
     with held(cfg, lease, phase=FETCH_PHASE) as lz:
         lz.wait_quiet(progress)
         _store(cfg).clean_temp()  # a dead attempt's writers have stopped: its temp files are litter
-        return _fetch_parse(cfg, round_no, now, progress, client, lz.token)
+        return _fetch_parse(cfg, round_no, now, progress, client, lz.token, on_parsed)
 
 
 def _fetch_parse(cfg: CrawlConfig, round_no: int, now: datetime | None, progress: Progress | None,
-                 client: Any, token: int | None) -> dict[str, Any]:
+                 client: Any, token: int | None, on_parsed: Callable[[int], None] | None = None) -> dict[str, Any]:
     now = _utc(now)
     store = _store(cfg)
     gen = store.read_json(store.round_dir(round_no, "generate.json"))
@@ -228,7 +233,7 @@ def _fetch_parse(cfg: CrawlConfig, round_no: int, now: datetime | None, progress
             from crawl.cluster import dashboard_url
 
             dashboard = dashboard_url(client, cfg)
-            results = _run_parts(client, cfg, round_no, parts, now, progress, token)
+            results = _run_parts(client, cfg, round_no, parts, now, progress, token, on_parsed)
     elapsed = time.monotonic() - started
     # page requests (robots.txt excluded) -- fetch stats count every attempt
     fetched = sum(int(r.get("fetch", {}).get("requests", 0) or 0) for r in results)
@@ -255,7 +260,8 @@ def _check_parsers(cfg: CrawlConfig) -> None:
 
 
 def _run_parts(client: Any, cfg: CrawlConfig, round_no: int, parts: list[int], now: datetime,
-               progress: Progress | None, token: int | None = None) -> list[dict[str, Any]]:
+               progress: Progress | None, token: int | None = None,
+               on_parsed: Callable[[int], None] | None = None) -> list[dict[str, Any]]:
     """One task per partition that fetches and parses (:func:`~crawl.tasks.fetch_parse_task`: the pages
     are parsed from memory) when ``parse_in_fetch_max_bytes`` > 0 and nothing of the partition may be
     rendered (:func:`_render_parts`), else a fetch, a render (if the crawl renders) and a parse task;
@@ -329,6 +335,8 @@ def _run_parts(client: Any, cfg: CrawlConfig, round_no: int, parts: list[int], n
             raise PartitionFailed(f"round {round_no} partition {k:03d} failed ({why}): {exc}") from exc
         out.append({"part": k, "fetch": fetch_stats, "parse": parse_stats,
                     **({"render": render_stats} if rfut is not None else {})})
+        if on_parsed is not None:
+            on_parsed(k)
         if progress:
             progress(f"  partition {k:03d} done ({len(out)}/{len(parts)}): "
                      f"{fetch_stats.get('requests', 0)} fetched, {parse_stats.get('pages', 0)} parsed")
@@ -360,19 +368,21 @@ def _render_parts(cfg: CrawlConfig, round_no: int, parts: list[int]) -> set[int]
 
 # ---- update, reprioritise, publish ---------------------------------------------------------------
 def update(cfg: CrawlConfig, round_no: int, now: datetime | None = None, client: Any = None,
-           lease: Lease | None = None) -> dict[str, Any]:
-    """Merge the round into the next CrawlDb version (per URL-hash shard: Dask tasks when a client is given)."""
+           lease: Lease | None = None, early_links: EarlyLinks | None = None) -> dict[str, Any]:
+    """Merge the round into the next CrawlDb version (per URL-hash shard: Dask tasks when a client is given).
+    ``early_links``: link parts started during the fetch (:class:`crawl.update.EarlyLinks`)."""
     with held(cfg, lease, phase="update"):
-        return _update_step(cfg, round_no, now, client)
+        return _update_step(cfg, round_no, now, client, early_links)
 
 
-def _update_step(cfg: CrawlConfig, round_no: int, now: datetime | None, client: Any) -> dict[str, Any]:
+def _update_step(cfg: CrawlConfig, round_no: int, now: datetime | None, client: Any,
+                 early_links: EarlyLinks | None = None) -> dict[str, Any]:
     from crawl.update import update as _update
 
     store = _store(cfg)
     if store.current_round() >= round_no:
         raise RuntimeError(f"round {round_no} is already published")
-    stats = _update(cfg, round_no, _utc(now), client)
+    stats = _update(cfg, round_no, _utc(now), client, early_links)
     store.write_json(store.round_dir(round_no, "update.json"), stats)
     return stats
 
@@ -494,12 +504,22 @@ def _run_round(cfg: CrawlConfig, seeds: Sequence[str] | None, now: datetime, pro
     if progress:
         progress(f"round {n}: {gen['urls']} URLs on {gen['hosts']} hosts in {len(gen['partitions'])} partitions")
     steps.start("fetch_parse", total=gen["urls"])
-    fp = fetch_parse(cfg, n, now, progress, client, lease=lease)
-    steps.finish()
-    if before_update is not None:
-        before_update()
-    steps.start("update")
-    up = update(cfg, n, now, client, lease=lease)
+    # update's link parts start on the workers as partitions are parsed (crawl.update.EarlyLinks)
+    early = None
+    if client is not None:
+        from crawl.update import EarlyLinks
+
+        early = EarlyLinks(client, cfg, n)
+    try:
+        fp = fetch_parse(cfg, n, now, progress, client, lease=lease, on_parsed=early.start if early else None)
+        steps.finish()
+        if before_update is not None:
+            before_update()
+        steps.start("update")
+        up = update(cfg, n, now, client, lease=lease, early_links=early)
+    finally:
+        if early is not None:
+            early.release()
     steps.finish()
     steps.start("reprioritise")
     reprioritise(cfg, n, now, lease=lease)

@@ -19,6 +19,7 @@ import pytest
 from crawl import round as rnd
 from crawl.config import load_config
 from crawl.store import Store
+from crawl.update import EarlyLinks
 
 # the index columns the oracle computes: those the merges feed, and the row identity and order
 _CHECKED = ("warc_filename", "warc_record_offset", "url", "url_hash", "crawl_status", "duplicate_of", "depth",
@@ -45,12 +46,19 @@ def updated(simweb, client, tmp_path_factory):
     rnd.run_round(cfg, simweb.seed_urls(6), now, client=client)
     now2 = now + timedelta(days=30)
     n = rnd.generate(cfg, now2)["round"]
-    rnd.fetch_parse(cfg, n, now2, client=client)
+    # update's link parts started on the workers as each partition is parsed, as run_round does
+    early = EarlyLinks(client, cfg, n)
+    rnd.fetch_parse(cfg, n, now2, client=client, on_parsed=early.start)
+    assert sorted(early.futures) == [0, 1, 2]
     shutil.copytree(base / "root", base / "threads")
-    rnd.update(cfg, n, now2, client)
+    shutil.copytree(base / "root", base / "late")
+    rnd.update(cfg, n, now2, client, early_links=early)
+    assert early.futures == {}  # update took every one
     cfg_t = load_config(overrides={**cfg.to_dict(), "root": str(base / "threads")}, use_env=False)
     rnd.update(cfg_t, n, now2)
-    return [cfg, cfg_t], n
+    cfg_l = load_config(overrides={**cfg.to_dict(), "root": str(base / "late")}, use_env=False)
+    rnd.update(cfg_l, n, now2, client)  # link parts started by update itself
+    return [cfg, cfg_t, cfg_l], n
 
 
 def _oracle_and_written(cfg, n: int) -> tuple[list[tuple], list[tuple]]:
@@ -99,7 +107,7 @@ def _oracle_and_written(cfg, n: int) -> tuple[list[tuple], list[tuple]]:
 
 def test_index_files_equal_the_single_join(updated):
     cfgs, n = updated
-    for cfg in cfgs:  # with the Dask client and with threads
+    for cfg in cfgs:  # with the Dask client (link parts started early, and by update) and with threads
         want, got = _oracle_and_written(cfg, n)
         assert len(got) > 100
         assert got == want
@@ -107,3 +115,27 @@ def test_index_files_equal_the_single_join(updated):
         assert "robotstxt" not in statuses and {"fetched"} <= statuses
         assert any(r[7] is not None for r in got)  # change decisions came from the merges
         assert any(r[5] is not None for r in got) or any(s in statuses for s in ("duplicate", "near_duplicate"))
+
+
+def test_links_and_update_files_equal_with_early_link_parts(updated):
+    """The link parts started during the fetch give update what it computes itself: the staged links
+    files and the shard merges' inputs are the same rows in the same order in all three roots."""
+    cfgs, n = updated
+    con = duckdb.connect()
+
+    def rows(cfg, pattern: str, order: str = "") -> list[tuple]:
+        path = Store(cfg.root, cfg.crawl_id).location(pattern)
+        return con.sql(f"SELECT * EXCLUDE (filename), regexp_extract(filename, '[^/]*$') AS f "
+                       f"FROM read_parquet('{path}', filename = true) {order}").fetchall()
+
+    store = Store(cfgs[0].root, cfgs[0].crawl_id)
+    links = store.staged(n, f"links/crawl={cfgs[0].crawl_id}/*/*.parquet")
+    want_links = rows(cfgs[0], links)
+    assert len(want_links) > 100
+    new = store.round_dir(n, "update", "new", "*.parquet")
+    want_new = rows(cfgs[0], new, "ORDER BY ALL")
+    assert want_new
+    for cfg in cfgs[1:]:
+        assert rows(cfg, links) == want_links
+        assert rows(cfg, new, "ORDER BY ALL") == want_new
+    con.close()
