@@ -508,9 +508,10 @@ def _prepare_links(cfg: CrawlConfig, fetches: pa.Table, t: pa.Table) -> tuple[pa
     # the links kept: a target (not null), through the URL filters (url_ok) and not too deep
     keep = pc.fill_null(t.column("url_ok"), False).to_numpy(zero_copy_only=False) & (depth <= cfg.max_depth)
     keep &= t.column("to_url").is_valid().to_numpy(zero_copy_only=False)
-    rows = pa.array(np.flatnonzero(keep))
-    t = t.take(rows).append_column("depth", pa.array(depth[keep].astype(np.int32))) \
-        .append_column("part", pa.array(part[keep].astype(np.int32)))
+    if not keep.all():  # (a copy of every link otherwise: ~0.03 s at 0.5 M links)
+        t = t.take(pa.array(np.flatnonzero(keep)))
+        depth, part = depth[keep], part[keep]
+    t = t.append_column("depth", pa.array(depth.astype(np.int32))).append_column("part", pa.array(part.astype(np.int32)))
     to_hash = t.column("to_hash")
     graph = pa.table({"from_hash": t.column("from_hash"), "to_hash": to_hash, "to_url": t.column("to_url"),
                       "kind": t.column("kind"), "part": t.column("part")})
