@@ -3,10 +3,12 @@
 Why at the socket: a URL's host says little about where a connection goes (``user@127.0.0.1``,
 ``2130706433``, ``[::ffff:7f00:1]``, a name whose DNS points into a private network, a redirect hop).
 The one place that sees the address a connection is really made to is the socket itself, so
-:class:`AddressGuard` is installed as the aiohttp connector's ``socket_factory`` (aiohappyeyeballs
-calls it with the ``sockaddr`` it is about to connect to, for IP-literal URLs and resolved names
-alike, for pages, robots.txt, sitemaps and every redirect hop). A blocked address raises
-:class:`PrivateAddressError` before any socket exists. :class:`GuardedResolver` additionally drops
+:meth:`AddressGuard.check` runs on the very address each socket connects to: the fetcher's client
+(:mod:`crawl.fetch.h1`) calls it before every connect, for IP-literal URLs and resolved names alike,
+for pages, robots.txt, sitemaps and every redirect hop; for aiohttp sessions (the renderer's)
+:class:`AddressGuard` is the connector's ``socket_factory`` (aiohappyeyeballs calls it with the
+``sockaddr`` it is about to connect to). A blocked address raises :class:`PrivateAddressError`
+before any socket exists. :class:`GuardedResolver` additionally drops
 blocked addresses from DNS answers, so a name with one public and one private address still connects
 to the public one.
 
@@ -435,8 +437,11 @@ def resolve_politeness_ips(hosts: Iterable[str], rules: Iterable[str], allow_pri
 def classify_error(exc: BaseException) -> str:
     """Map an exception from a request to the short ``error`` code written in fetch rows.
 
-    aiohttp wraps resolver exceptions (ours included) in ``ClientConnectorError`` subclasses, so the
-    cause chain is searched for our own :class:`NetError` first.
+    Our own exceptions carry their code: :class:`NetError` subclasses here (``dns``,
+    ``private_address``) and in :mod:`crawl.fetch.h1` (``connect``, ``connect_timeout``, ``timeout``,
+    ``reset``, ``protocol``), the same codes the aiohttp exceptions below map to. aiohttp (the
+    renderer's sessions) wraps resolver exceptions in ``ClientConnectorError`` subclasses, so the
+    cause chain is searched for a :class:`NetError` first.
     """
     seen: BaseException | None = exc
     for _ in range(6):

@@ -3,7 +3,8 @@
 One module per job (design notes in :mod:`crawl.fetch.core`):
 
 - :mod:`.scheduler`: jobs, origins, politeness slots, the slot heap, gaps (no sockets);
-- :mod:`.http`: the request (aiohttp GET or FTP session), capped body read, gunzip cap;
+- :mod:`.h1`: the HTTP/1.1 client (keep-alive pool, httptools parser, SSRF guard at the socket);
+- :mod:`.http`: the request (GET through :mod:`.h1` or FTP session), capped body read, gunzip cap;
 - :mod:`.outcome`: what an answer means (rows, redirects, failures, host errors, backoff);
 - :mod:`.robots` and :mod:`.sitemaps`: the crawler-control files;
 - :mod:`.warcwriter`: the writer thread, segment cuts, records;

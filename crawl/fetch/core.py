@@ -31,7 +31,7 @@ backoff with jitter), and after ``cfg.max_host_errors`` errors the host's remain
 a later round. Every input URL ends with at least one output row; a URL retried inside the task has one
 row per attempt (the consumer takes the latest ``fetch_time`` per URL).
 
-Protocols: the scheme of a URL picks its handler. ``http``/``https`` go through the aiohttp session
+Protocols: the scheme of a URL picks its handler. ``http``/``https`` go through the lean HTTP/1.1 client (:mod:`.h1`)
 (:meth:`_Fetcher._request`); ``ftp`` (opt-in: config ``allowed_schemes``) through :mod:`crawl.ftp`
 (:meth:`_Fetcher._ftp_request`), one anonymous session per URL, whose answer is shaped like an HTTP
 one, so the outcome logic (rows, redirects, 404s, 503 backoff, host error counts) is the same code.
@@ -59,7 +59,6 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-import aiohttp
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -74,7 +73,8 @@ from crawl.checkpoint import (
 from crawl.config import CrawlConfig
 from crawl.digests import KnownDigests
 from crawl.errors import FetchStopped
-from crawl.fetch.http import _CHUNK, FTP_PREFIX, _HttpCalls, _TotalBounds, use_read_timer
+from crawl.fetch.h1 import H1Client
+from crawl.fetch.http import FTP_PREFIX, _HttpCalls, _TotalBounds
 from crawl.fetch.outcome import (
     SUBSET_DIAG,
     SUBSET_ROBOTS,
@@ -92,7 +92,6 @@ from crawl.fetch.warcwriter import _WarcOutput, _WarcWriter
 from crawl.gctune import paused_gc
 from crawl.net import (
     GuardedResolver,
-    guarded_connector,
     is_ip_key,
     politeness_ips,
 )
@@ -123,7 +122,7 @@ class FetchOutput:
 
 
 class _Fetcher(_Scheduling, _HttpCalls, _Outcomes, _RobotsFetch, _SitemapFetch, _WarcOutput):
-    """One task's state: the slot heap, the session, the WARC writers and the output rows.
+    """One task's state: the slot heap, the HTTP client, the WARC writers and the output rows.
 
     The state lives here; the behaviour is mixed in from one module per job: :mod:`.scheduler` (slots,
     heap, gaps), :mod:`.http` (the request), :mod:`.outcome` (rows of pages), :mod:`.robots`,
@@ -300,23 +299,8 @@ class _Fetcher(_Scheduling, _HttpCalls, _Outcomes, _RobotsFetch, _SitemapFetch, 
     async def run(self) -> None:
         self.t0 = time.monotonic()
         cfg = self.cfg
-        # the headers-sent hook only matters with parallel requests per key; a trace hook costs
-        # two coroutine calls per request, so it is left out otherwise
-        traces = []
-        if not self.one_in_flight:
-            trace = aiohttp.TraceConfig()
-            trace.on_request_headers_sent.append(self._on_headers_sent)
-            traces.append(trace)
-        connector = use_read_timer(guarded_connector(  # the SSRF guard sits at every socket this session opens
-            self.resolver, verify_tls=cfg.verify_tls,
-            limit=cfg.max_concurrent_hosts * cfg.max_in_flight_per_host,
-            limit_per_host=cfg.max_in_flight_per_host,
-        ))
         # cfg.total_timeout_s bounds a whole request, body included: one timer for every request
-        # (_TotalBounds, aiohttp's rule: a total of 5 s or more ends at the loop clock's next
-        # whole second), not aiohttp's per-request total
-        self.timeout = aiohttp.ClientTimeout(total=None, sock_connect=cfg.connect_timeout_s,
-                                             connect=cfg.connect_timeout_s, sock_read=cfg.read_timeout_s)
+        # (_TotalBounds: a total of 5 s or more ends at the loop clock's next whole second)
         self.bounds = _TotalBounds(cfg.total_timeout_s)
         self.build_slots(await self._politeness_keys())
         self.after_earlier_contact(self.last_contact_unix)
@@ -324,16 +308,18 @@ class _Fetcher(_Scheduling, _HttpCalls, _Outcomes, _RobotsFetch, _SitemapFetch, 
         if self.should_continue is not None:
             threading.Thread(target=self._watch, args=(asyncio.get_running_loop(), done),
                              name="fetch-watch", daemon=True).start()
-        async with aiohttp.ClientSession(
-            connector=connector, auto_decompress=True, trace_configs=traces, timeout=self.timeout,
-            headers={"User-Agent": cfg.user_agent}, cookie_jar=aiohttp.DummyCookieJar(),
-            max_field_size=16_384, read_bufsize=_CHUNK,
-        ) as self.session:
-            try:
-                await self._dispatch()
-            finally:
-                done.set()
-                self.bounds.close()
+        # the SSRF guard sits at every socket the client opens (crawl.fetch.h1); idle keep-alive
+        # connections: one per in-flight place of every active key
+        self.client = H1Client(self.resolver, user_agent=cfg.user_agent, connect_timeout=cfg.connect_timeout_s,
+                               read_timeout=cfg.read_timeout_s, verify_tls=cfg.verify_tls,
+                               max_idle=cfg.max_concurrent_hosts * cfg.max_in_flight_per_host,
+                               max_idle_per_origin=cfg.max_in_flight_per_host)
+        try:
+            await self._dispatch()
+        finally:
+            done.set()
+            self.bounds.close()
+            self.client.close()
         await self.resolver.close()
 
     async def _dispatch(self) -> None:
@@ -494,7 +480,7 @@ def fetch_partition(
     subset ``"sitemap"`` and their WARC records go in the robotstxt file (crawler-control files, as
     Common Crawl keeps robots.txt apart from pages); their entries come back as ``sitemap_rows``.
 
-    Sync on purpose (Dask calls it): it runs its own event loop with one ``ClientSession``. The WARC
+    Sync on purpose (Dask calls it): it runs its own event loop with one HTTP client (:mod:`.h1`). The WARC
     paths depend only on ``warc_prefix``, and files are placed atomically, so a rerun overwrites the
     earlier attempt. ``known_digests`` (digest -> (url, ISO date)) turns an already stored body into a
     revisit record; digests stored here are added for the rest of the task.

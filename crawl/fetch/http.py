@@ -9,44 +9,16 @@ from __future__ import annotations
 import asyncio
 import functools
 import math
-import re
 import zlib
 from collections import deque
 from dataclasses import dataclass
 
-import aiohttp
-from aiohttp.client_proto import ResponseHandler
-from yarl import URL
-
 from crawl.errors import FetchStopped
+from crawl.fetch.h1 import Response
 from crawl.fetch.scheduler import _Host, _Slot
 from crawl.ftp import FtpLimits, fetch_ftp
 
 FTP_PREFIX = "ftp://"  # URLs the ftp handler (crawl.ftp) fetches
-_CHUNK = 65_536
-
-# An http(s) URL that yarl's parser gives back unchanged (:func:`request_url`): a lower-case ASCII host
-# name with no user info or port, a path of characters yarl's path quoter keeps as they are (no '%'),
-# an optional query of characters its query quoter keeps, no fragment; dot segments are checked apart.
-_PLAIN_URL = re.compile(r"(https?)://([a-z0-9-]+(?:\.[a-z0-9-]+)*)(/[A-Za-z0-9._~!$&'()*+,;=:@/-]*)"
-                        r"(?:\?([A-Za-z0-9._~!$'()*,;:@/?=&-]+))?")
-_DOT_SEGMENT = re.compile(r"/\.\.?(?:/|$)")
-
-
-def request_url(url: str) -> URL | str:
-    """What the fetcher hands aiohttp for ``url``: a prebuilt ``yarl.URL`` (``encoded=True``) when
-    yarl's own parse of the string would give the same URL (:data:`_PLAIN_URL`, as canonical URLs of
-    ordinary sites are), else the string, for aiohttp to parse and quote as before.
-
-    Why: aiohttp parses every request's URL string with yarl (split, requote, normalise the path:
-    ~3.5 us a request); building it from the already canonical parts costs ~1 us. The request line
-    and Host header are the same (tests/test_fetch_request_url.py compares both ways over generated URLs).
-    """
-    m = _PLAIN_URL.fullmatch(url)
-    if m is None or _DOT_SEGMENT.search(m.group(3)):
-        return url
-    scheme, host, path, query = m.groups()
-    return URL.build(scheme=scheme, host=host, path=path, query_string=query or "", encoded=True)
 
 
 @dataclass
@@ -76,78 +48,6 @@ def _gunzip_capped(body: bytes, cap: int) -> tuple[bytes, bool]:
     except zlib.error:
         return b"", True
     return out[:cap], len(out) > cap
-
-
-class _ReadTimerHandler(ResponseHandler):
-    """aiohttp's client protocol with the same ``sock_read`` deadline, kept by one timer per connection.
-
-    aiohttp cancels its read timer and starts a new one on every chunk that arrives (``call_later``
-    per ``data_received``: ~3.8 per page on the simulated web, ~2.5 us each, 3-5 % of the fetch
-    loop), and starts one per request and cancels it at the end of each body (~2 us a pair). Here a
-    chunk or a new request only moves the deadline (last data + ``sock_read``, as before) and the end
-    of a body (or a pause of reading) only clears it; the one timer of the connection, when it fires
-    before the deadline moved past it, is set again for the rest, and when it finds no deadline it
-    lapses. So the timeout still fires when no data came for ``sock_read`` seconds while a response
-    is read, never earlier, never while none is; closing the connection cancels the timer. aiohttp is
-    pinned (requirements.lock); tests/test_fetch_read_timer.py checks the behaviour against a real
-    server.
-    """
-
-    _read_deadline: float | None = None  # loop time the read timeout is due (None: no read timed now)
-    _read_timer_at = 0.0  # loop time the armed timer fires
-
-    def _reschedule_timeout(self) -> None:
-        timeout = self._read_timeout
-        if not timeout:
-            self._drop_timeout()
-            return
-        loop = self._loop
-        self._read_deadline = when = loop.time() + timeout
-        if self._read_timeout_handle is None or when < self._read_timer_at:
-            if self._read_timeout_handle is not None:
-                self._read_timeout_handle.cancel()
-            self._read_timer_at = when
-            self._read_timeout_handle = loop.call_at(when, self._on_read_timeout)
-
-    def _drop_timeout(self) -> None:
-        self._read_deadline = None  # the armed timer (if any) lapses when it fires
-
-    def _cancel_timer(self) -> None:
-        self._read_deadline = None
-        if self._read_timeout_handle is not None:
-            self._read_timeout_handle.cancel()
-            self._read_timeout_handle = None
-
-    def _on_read_timeout(self) -> None:
-        when = self._read_deadline
-        if when is None:  # no response read since the timer was set: nothing to time
-            self._read_timeout_handle = None
-            return
-        if self._loop.time() < when:  # data came after the timer was set: wait for the rest
-            self._read_timer_at = when
-            self._read_timeout_handle = self._loop.call_at(when, self._on_read_timeout)
-            return
-        self._read_timeout_handle = None
-        super()._on_read_timeout()
-
-    def close(self) -> None:
-        super().close()
-        self._cancel_timer()
-
-    def abort(self) -> None:
-        super().abort()
-        self._cancel_timer()
-
-    def connection_lost(self, exc: BaseException | None) -> None:
-        self._cancel_timer()
-        super().connection_lost(exc)
-
-
-def use_read_timer(connector: aiohttp.TCPConnector) -> aiohttp.TCPConnector:
-    """Make ``connector``'s connections use :class:`_ReadTimerHandler` (aiohttp's protocol factory
-    attribute, the one its own ``__init__`` sets)."""
-    connector._factory = functools.partial(_ReadTimerHandler, loop=connector._loop)  # noqa: SLF001
-    return connector
 
 
 class _Bound:
@@ -240,8 +140,8 @@ class _TotalBounds:
 
 
 class _HttpCalls:
-    """One request of the fetcher: an HTTP GET through the task's aiohttp session (capped body read)
-    or one FTP session (:mod:`crawl.ftp`), both answered as a :class:`_Response`."""
+    """One request of the fetcher: an HTTP GET through the task's client (:mod:`crawl.fetch.h1`,
+    capped body read) or one FTP session (:mod:`crawl.ftp`), both answered as a :class:`_Response`."""
 
     async def _request(self, h: _Host, url: str, headers: dict[str, str], cap: int,
                        slot: _Slot | None = None) -> _Response:
@@ -251,78 +151,43 @@ class _HttpCalls:
         if self.stopped:  # redirect hops and robots/sitemap follow-ups too
             raise FetchStopped("fetch stopped")
         s = slot or h.slot
-        parts: list[bytes] = []
+        resp: Response | None = None
         truncated: str | None = None
-        status: int | None = None
         started = self.mono()
         # the whole request (connect, headers, body) is bounded by cfg.total_timeout_s through
-        # one timer for all requests (_TotalBounds), not aiohttp's per-request one
+        # one timer for all requests (_TotalBounds)
         bound = self.bounds.start()
         try:
-            async with self.session.get(request_url(url), headers=headers, allow_redirects=False,
-                                        trace_request_ctx=s) as resp:
-                self._answered(s)
-                status = resp.status
-                reason = resp.reason or ""
-                raw = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in resp.raw_headers]
-                req_headers = list(resp.request_info.headers.items())
-                got = resp.headers
-                location = got.get("Location")
-                retry_after = got.get("Retry-After")
-                conn = resp.connection
-                peer = conn.transport.get_extra_info("peername") if conn and conn.transport else None
-                ip = peer[0] if peer else None
-                content = resp.content
-                size = 0
-                try:
-                    # up to the cap in as few reads as the data allows: each read takes all that is
-                    # buffered (up to what is left), instead of fixed-size chunks copied into a
-                    # bytearray; exactly at the cap, data not yet read means "length". A body
-                    # whose end has arrived is done without one more read() to learn it (most
-                    # pages come whole in the first read: one coroutine call less per page)
-                    while size < cap:
-                        chunk = await content.read(cap - size)
-                        if not chunk:
-                            break
-                        parts.append(chunk)
-                        size += len(chunk)
-                        if content.at_eof():
-                            break
-                    else:
-                        if not content.at_eof():
-                            truncated = "length"
-                except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError,
-                        aiohttp.ClientOSError, ConnectionError):
-                    truncated = "disconnect"
-                except (aiohttp.ServerTimeoutError, aiohttp.SocketTimeoutError):
-                    truncated = "time"
-                finally:
-                    bound.waiting = False  # the body is in: releasing the connection is not bounded
-        except TimeoutError:
-            if status is None:
-                self._answered(s)
-                raise
-            truncated = "time"  # the total timeout ran out while the body came
+            # with parallel requests per key the gap runs from when the request left (_sent)
+            resp = await self.client.get(url, headers, cap, None if self.one_in_flight else
+                                         functools.partial(self._sent, s))
+            self._answered(s)
+            try:
+                body, truncated = await resp.read()
+            finally:
+                bound.waiting = False  # the body is in: releasing the connection is not bounded
         except asyncio.CancelledError:
             # the total bound ran out (and no one else cancelled the task): a TimeoutError, as
-            # aiohttp's own total timer turns its cancel into one
+            # aiohttp's total timer turned its cancel into one
             if not bound.fired or bound.task.uncancel() > bound.cancelling:
-                if status is None:
+                if resp is None:
                     self._answered(s)
                 raise
-            if status is None:
+            if resp is None:
                 self._answered(s)
                 raise TimeoutError from None
-            truncated = "time"  # the total timeout ran out while the body came
+            body, truncated = b"".join(resp.body), "time"  # the total timeout ran out while the body came
         except BaseException:
-            if status is None:
+            if resp is None:
                 self._answered(s)
             raise
         finally:
+            if resp is not None:
+                resp.release()
             self.bounds.end(bound)
             self.stats["request_s"] += self.mono() - started
-        return _Response(status, reason, raw, req_headers, b"".join(parts), truncated, ip, location,
-                         retry_after)
+        return _Response(resp.status, resp.reason, resp.headers, resp.req_headers, body, truncated, resp.ip,
+                         resp.header("Location"), resp.header("Retry-After"))
 
     async def _ftp_request(self, h: _Host, url: str, cap: int) -> _Response:
         """One FTP session (:func:`crawl.ftp.fetch_ftp`) as a :class:`_Response`. The gap to the

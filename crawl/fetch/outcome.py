@@ -13,8 +13,6 @@ import random
 from datetime import UTC, datetime
 from typing import Any
 
-import aiohttp
-
 from crawl import records as R
 from crawl import url as U
 from crawl.config import CrawlConfig
@@ -37,7 +35,7 @@ SUBSET_SITEMAP = "sitemap"  # rows of sitemap requests; their records go in the 
 
 # what a request may raise from the network, a refused address or a stop; anything else is a bug of ours
 # (or of a library) and is logged with its traceback, not only turned into a row's error code
-_NETWORK_ERRORS = (aiohttp.ClientError, OSError, TimeoutError, NetError, FetchStopped)
+_NETWORK_ERRORS = (OSError, TimeoutError, NetError, FetchStopped)
 
 
 def _failure_code(exc: BaseException, url: str) -> str:

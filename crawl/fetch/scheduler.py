@@ -15,7 +15,6 @@ from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
 
 from crawl import url as U
 from crawl.robots import RobotsPolicy
@@ -194,10 +193,9 @@ class _Scheduling:
             s.retired = True
             self.active -= 1
 
-    async def _on_headers_sent(self, session: Any, ctx: Any, params: Any) -> None:
+    def _sent(self, s: _Slot) -> None:
         """With parallel requests per key, the gap runs from when the request really left."""
-        s = ctx.trace_request_ctx
-        if isinstance(s, _Slot) and s.delay > 0:
+        if s.delay > 0:
             s.next_at = max(s.next_at, self.mono() + s.delay + _GAP_MARGIN_S)
 
     def _answered(self, s: _Slot) -> None:
