@@ -8,11 +8,13 @@ steps below add our differences one at a time, so each one's cost is a differenc
 - ``A bare``: ceiling A's loop (``crawl_bench.plain_loop``);
 - ``B per-host``: one connection per host (the real URLs through our ``GuardedConnector``: every
   host is its own server on the real web), one request in flight per host, 300 host workers;
-- ``C session``: + our session options (sock_read/connect timeouts with our read timer, User-Agent,
-  ``DummyCookieJar``, field size), with aiohttp's per-request ``total`` (the old path, ``C total``)
+- ``C session``: + the session options the fetcher used with aiohttp (sock_read/connect timeouts,
+  User-Agent, ``DummyCookieJar``, field size), with aiohttp's per-request ``total`` (``C total``)
   or without it (what ``_TotalBounds`` replaces it with, ``C no total``);
-- ``D handling``: + what ``_HttpCalls._request`` does with an answer (request URL, headers kept,
-  capped body read);
+- ``D handling``: + what ``_HttpCalls._request`` did with an aiohttp answer (headers kept, capped
+  body read);
+- ``H1 per-host``: B's shape through the fetcher's own client (:mod:`crawl.fetch.h1`, which
+  replaced aiohttp in the fetcher in session 10): connect, GET, headers, capped body, release;
 - ``E fetch_partition``: the fetcher itself (sitemaps off, robots.txt from a cache, WARC written):
   scheduling, rows, WARC hand-off, GC.
 
@@ -47,7 +49,7 @@ from crawl_bench import bench_fetchlist, bench_urls, plain_loop  # noqa: E402
 from fetch_cpu_bench import fetch_config  # noqa: E402
 
 from crawl.fetch import fetch_partition  # noqa: E402
-from crawl.fetch.http import request_url, use_read_timer  # noqa: E402
+from crawl.fetch.h1 import H1Client  # noqa: E402
 from crawl.net import GuardedResolver, guarded_connector  # noqa: E402
 from crawl.simweb.launch import launch  # noqa: E402
 from crawl.simweb.launch import stop as stop_process  # noqa: E402
@@ -64,7 +66,6 @@ async def host_loop(cfg: Any, urls: list[str], session_opts: bool, total: float 
     conn = guarded_connector(resolver, limit=cfg.max_concurrent_hosts, limit_per_host=1)
     kw: dict[str, Any] = {}
     if session_opts:
-        use_read_timer(conn)
         kw = {"timeout": aiohttp.ClientTimeout(total=total, sock_connect=cfg.connect_timeout_s,
                                                connect=cfg.connect_timeout_s, sock_read=cfg.read_timeout_s),
               "headers": {"User-Agent": cfg.user_agent}, "cookie_jar": aiohttp.DummyCookieJar(),
@@ -78,7 +79,7 @@ async def host_loop(cfg: Any, urls: list[str], session_opts: bool, total: float 
                     async with session.get(url) as r:
                         await r.read()
                     continue
-                async with session.get(request_url(url), headers={}, allow_redirects=False) as r:
+                async with session.get(url, headers={}, allow_redirects=False) as r:
                     [(k.decode("latin-1"), v.decode("latin-1")) for k, v in r.raw_headers]
                     list(r.request_info.headers.items())
                     r.headers.get("Location"), r.headers.get("Retry-After")
@@ -97,6 +98,33 @@ async def host_loop(cfg: Any, urls: list[str], session_opts: bool, total: float 
 
     async with aiohttp.ClientSession(connector=conn, **kw) as session:
         await asyncio.gather(*(worker(session) for _ in range(workers)))
+    await resolver.close()
+
+
+async def h1_loop(cfg: Any, urls: list[str], workers: int = 300) -> None:
+    """B's shape (one connection per host, one request in flight) through :class:`H1Client`."""
+    groups: dict[str, list[str]] = {}
+    for u in urls:
+        groups.setdefault(u.split("/")[2], []).append(u)
+    todo = list(groups.values())
+    resolver = GuardedResolver(cfg.resolve, allow_private_networks=cfg.allow_private_networks)
+    client = H1Client(resolver, user_agent=cfg.user_agent, connect_timeout=cfg.connect_timeout_s,
+                      read_timeout=cfg.read_timeout_s, max_idle=workers)
+    cap = cfg.max_body_bytes
+
+    async def worker() -> None:
+        while todo:
+            for url in todo.pop():
+                r = await client.get(url, {}, cap)
+                try:
+                    await r.read()
+                finally:
+                    r.release()
+
+    try:
+        await asyncio.gather(*(worker() for _ in range(workers)))
+    finally:
+        client.close()
     await resolver.close()
 
 
@@ -146,6 +174,7 @@ def main() -> None:
             "C session, aiohttp total": on_uvloop(lambda: host_loop(cfg, urls, True, cfg.total_timeout_s, False)),
             "C session, no total": on_uvloop(lambda: host_loop(cfg, urls, True, None, False)),
             "D + answer handling, no total": on_uvloop(lambda: host_loop(cfg, urls, True, None, True)),
+            "H1 per-host (crawl.fetch.h1)": on_uvloop(lambda: h1_loop(cfg, urls)),
             "E fetch_partition": fetcher,
         }
         got: dict[str, list[float]] = {k: [] for k in variants}
