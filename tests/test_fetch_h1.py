@@ -377,3 +377,34 @@ def test_tls_is_verified_unless_configured_off_and_sends_sni(tmp_path) -> None:
             c.close()
 
     run(main())
+
+
+def test_a_reused_connection_closed_by_the_server_is_retried_once_on_a_new_one() -> None:
+    # request 1 arrives on the kept-alive connection and the server drops it unanswered (its own
+    # keep-alive timeout, in the race with our reuse): sent again on a new connection, answered there
+    def script(n: int) -> list[Step]:
+        return [None] if n == 1 else [ok(b"page %d" % n)]
+
+    async def main() -> None:
+        async with Server(script) as srv:
+            c = client(srv.port)
+            assert (await fetch(c, "http://a.test/1"))[1] == b"page 0"
+            r, body, truncated = await fetch(c, "http://a.test/2")
+            assert (r.status, body, truncated) == (200, b"page 2", None)
+            assert srv.accepted == 2 and len(srv.requests) == 3
+            c.close()
+
+    run(main())
+
+
+def test_a_new_connection_closed_before_an_answer_is_not_retried() -> None:
+    async def main() -> None:
+        async with Server(lambda n: [None]) as srv:
+            c = client(srv.port)
+            with pytest.raises(ConnectionError) as exc:
+                await fetch(c, "http://a.test/1")
+            assert classify_error(exc.value) == "reset"
+            assert srv.accepted == 1 and len(srv.requests) == 1  # one GET, never repeated
+            c.close()
+
+    run(main())

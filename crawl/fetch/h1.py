@@ -24,7 +24,9 @@ What it keeps of aiohttp's behaviour (the fetcher's tests are the oracle):
 - timeouts: connect (DNS, TCP and TLS together), read (no data for ``read_timeout`` while an answer
   is awaited or read; one timer per connection whose deadline data moves, not a timer per chunk);
 - keep-alive per origin, idle connections closed after ``idle_timeout`` and bounded in number; a
-  connection whose answer was not read to its end is closed, never reused.
+  connection whose answer was not read to its end is closed, never reused; a GET on a reused
+  connection that the server closed before any answer is sent again once on a new connection
+  (RFC 9112 section 9.3.1, as aiohttp does), so a server's own keep-alive timeout is not a fetch error.
 
 Errors are :class:`crawl.net.NetError` subclasses carrying the fetch row's code (``connect``,
 ``connect_timeout``, ``timeout``, ``reset``, ``protocol``), so :func:`crawl.net.classify_error` needs
@@ -461,28 +463,36 @@ class H1Client:
         req_headers = [("Host", hh), self._ua, *headers.items(), ("Accept", "*/*"),
                        ("Accept-Encoding", ACCEPT_ENCODING)]
         conn = self._take(key)
-        if conn is None:
-            conn = await self._connect(key)
-        r = Response(conn, cap, req_headers)
-        conn.resp = r
-        conn.in_head = True
-        conn.head_bytes = conn.line_bytes = 0
-        try:
-            assert conn.transport is not None
-            conn.transport.write(data)
-            if on_sent is not None:
-                on_sent()
-            conn.start_read_timer()
-            if r.status == 0 and r.error is None:
-                r.waiter = self.loop.create_future()
-                await r.waiter
-        except BaseException:
+        reused = conn is not None
+        while True:
+            if conn is None:
+                conn = await self._connect(key)
+            r = Response(conn, cap, req_headers)
+            conn.resp = r
+            conn.in_head = True
+            conn.head_bytes = conn.line_bytes = 0
+            try:
+                assert conn.transport is not None
+                conn.transport.write(data)
+                if on_sent is not None:
+                    on_sent()
+                conn.start_read_timer()
+                if r.status == 0 and r.error is None:
+                    r.waiter = self.loop.create_future()
+                    await r.waiter
+            except BaseException:
+                conn.close()
+                raise
+            if r.error is None:
+                return r
             conn.close()
-            raise
-        if r.error is not None:
-            conn.close()
-            raise r.error
-        return r
+            # a kept-alive connection the server closed as we reused it (RFC 9112 9.3.1): the GET is
+            # sent once more on a new connection, once, as aiohttp did; a new connection's failure
+            # is the answer
+            if not (reused and isinstance(r.error, Disconnected)):
+                raise r.error
+            reused = False
+            conn = None
 
     # -- connections ----------------------------------------------------------------------------
     async def _connect(self, key: tuple[str, str, int]) -> _Conn:
