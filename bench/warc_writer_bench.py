@@ -177,13 +177,6 @@ def child(args: argparse.Namespace) -> None:
     print("CHILD " + json.dumps(r), flush=True)
 
 
-def tree_at(rev: str, dest: Path) -> Path:
-    dest.mkdir(parents=True, exist_ok=True)
-    archive = subprocess.run(["git", "archive", rev, "crawl"], cwd=REPO, check=True, capture_output=True).stdout
-    subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)
-    return dest
-
-
 def spawn(tree: Path, args: argparse.Namespace, work: Path) -> dict:
     env = {**os.environ, "WARC_BENCH_TREE": str(tree), "WRITES_TREE": str(tree), "PYTHONPATH": str(tree),
            "PYTHONHASHSEED": "0"}  # the same pages in every child
@@ -214,6 +207,8 @@ def main() -> None:
     if args.child:
         child(args)
         return
+    from fetch_cpu_bench import tree_at  # one definition of a revision's crawl/ tree (parent only)
+
     work = Path(tempfile.mkdtemp(prefix="warc-writer-bench-"))
     try:
         sides = [("current", REPO)]
