@@ -45,6 +45,8 @@ REPO = Path(__file__).resolve().parent.parent
 # a child imports crawl from the tree it was given (current or baseline), the parent from this one
 sys.path.insert(0, os.environ.get("FETCH_CPU_TREE", str(REPO)))
 
+from trees import tree_at  # noqa: E402  (imports nothing of crawl)
+
 
 def fetch_config(work: Path, port: int, pages: int):  # noqa: ANN201 - CrawlConfig of the tree in use
     """crawl_bench's fetch-only configuration (delay 0, one round long enough for every page)."""
@@ -152,14 +154,6 @@ def _writer_thread_cpu():  # noqa: ANN202
 def child(args: argparse.Namespace) -> None:
     r = run_once(Path(args.fetchlist), args.port, Path(args.work), args.prefix, args.checkpoint_every, args.hold)
     print("CHILD " + json.dumps(r), flush=True)
-
-
-def tree_at(rev: str, dest: Path) -> Path:
-    """``crawl/`` of git revision ``rev`` extracted under ``dest`` (importable as ``crawl``)."""
-    dest.mkdir(parents=True, exist_ok=True)
-    archive = subprocess.run(["git", "archive", rev, "crawl"], cwd=REPO, check=True, capture_output=True).stdout
-    subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)
-    return dest
 
 
 def spawn(tree: Path, fetchlist: Path, port: int, work: Path, prefix: str, checkpoint_every: int,

@@ -136,7 +136,7 @@ def main() -> None:
 
     sys.path.insert(0, str(REPO / "bench"))
     from crawl_bench import bench_fetchlist
-    from fetch_cpu_bench import tree_at
+    from trees import tree_at
 
     from crawl.simweb.launch import launch
     from crawl.simweb.launch import stop as stop_process

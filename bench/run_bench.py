@@ -39,22 +39,11 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
 from scrapy_bench import scope_regex, timeline, warm_server  # noqa: E402
+from trees import tree_at  # noqa: E402
 
 from crawl.simweb.launch import launch  # noqa: E402
 from crawl.simweb.launch import stop as stop_process  # noqa: E402
 from crawl.simweb.model import SimParams, build  # noqa: E402
-
-
-def tree_at(rev: str, dest: Path) -> Path:
-    """``crawl/`` of git revision ``rev`` extracted under ``dest`` (importable as ``crawl``)."""
-    dest.mkdir(parents=True, exist_ok=True)
-    archive = subprocess.run(["git", "archive", rev, "crawl"], cwd=REPO, check=True, capture_output=True).stdout
-    subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)
-    # numba's on-disk cache is per source path: compile the extracted tree's fingerprint kernels now, or the
-    # baseline's first run pays ~10 s of compiling (seen as a 30-40 s first request) and skews its median
-    subprocess.run([sys.executable, "-c", "from crawl.fingerprint import warm_up; warm_up()"], check=True,
-                   env={**os.environ, "PYTHONPATH": str(dest)}, cwd=dest, timeout=600)
-    return dest
 
 
 def children_cpu_s() -> float:
@@ -150,7 +139,7 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="run-bench-"))
     sides = [("current", REPO)]
     if args.baseline_rev:
-        sides.insert(0, ("baseline", tree_at(args.baseline_rev, work / "baseline-tree")))
+        sides.insert(0, ("baseline", tree_at(args.baseline_rev, work / "baseline-tree", warm=True)))
     runs: dict[str, list[dict]] = {name: [] for name, _ in sides}
     try:
         for rep in range(args.reps):

@@ -207,7 +207,7 @@ def main() -> None:
     if args.child:
         child(args)
         return
-    from fetch_cpu_bench import tree_at  # one definition of a revision's crawl/ tree (parent only)
+    from trees import tree_at
 
     work = Path(tempfile.mkdtemp(prefix="warc-writer-bench-"))
     try:

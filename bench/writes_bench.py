@@ -38,6 +38,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, os.environ.get("WRITES_TREE", str(REPO)))
 
+from trees import tree_at  # noqa: E402  (imports nothing of crawl)
+
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 REQ_HEADERS = [("Host", "x.sim.test"), ("User-Agent", "RecrawlBot/0.1 (+https://example.org/bot)"),
                ("Accept", "*/*"), ("Accept-Encoding", "gzip, deflate")]
@@ -176,14 +178,6 @@ def child(args: argparse.Namespace) -> None:
     print("CHILD " + json.dumps({"warc_ms": 1000 * warc / len(pages), "parse_ms": 1000 * parse / n,
                                  "parquet_ms": 1000 * writes / n, "pages": n, "digest_load_s": first,
                                  "digest_miss_us": miss}), flush=True)
-
-
-def tree_at(rev: str, dest: Path) -> Path:
-    """``crawl/`` of git revision ``rev`` extracted under ``dest`` (importable as ``crawl``)."""
-    dest.mkdir(parents=True, exist_ok=True)
-    archive = subprocess.run(["git", "archive", rev, "crawl"], cwd=REPO, check=True, capture_output=True).stdout
-    subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)
-    return dest
 
 
 def spawn(tree: Path, args: argparse.Namespace, work: Path, root: Path) -> dict:
