@@ -7,6 +7,10 @@ the bodies. This runs, against one warm simulated web, alternated ``--reps`` tim
 every other rep):
 
 - ``ceilA``: ceiling A exactly as crawl_bench runs it;
+- ``ceilA+warc``: ceiling A that also stores what the fetch-only pass must store by format: each answer
+  as a gzip-member WARC request record and response record (block and payload SHA-1, ISA-L deflate as
+  ours, one file), built by a writer thread from a queue as ours is -- the bare loop doing the same
+  output job, a yardstick of what the record format costs any fetcher on this box;
 - ``chains``: the bare loop in our politeness shape: one connection per host (hosts by name, resolved
   to the server), one request in flight per host, ``max_concurrent_hosts`` hosts at a time, each host's
   URLs one after the other (no robots.txt, no sitemaps, no WARC, no rows);
@@ -26,13 +30,18 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
+import hashlib
 import json
 import os
+import queue
 import shutil
 import statistics
 import sys
 import tempfile
+import threading
 import time
+import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -40,6 +49,7 @@ from typing import Any
 import aiohttp
 import aiohttp.abc
 import pyarrow.compute as pc
+from isal import isal_zlib
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -51,7 +61,7 @@ from crawl.fetch import fetch_partition, warcwriter  # noqa: E402
 from crawl.simweb.launch import launch  # noqa: E402
 from crawl.simweb.launch import stop as stop_process  # noqa: E402
 
-VARIANTS = ("ceilA", "chains", "ours", "-sitemaps", "-sitemaps-robots", "-sitemaps-robots-warc")
+VARIANTS = ("ceilA", "ceilA+warc", "chains", "ours", "-sitemaps", "-sitemaps-robots", "-sitemaps-robots-warc")
 
 
 class _ToServer(aiohttp.abc.AbstractResolver):
@@ -86,6 +96,60 @@ async def chains_loop(port: int, urls: list[str], hosts_at_once: int) -> float:
     return len(urls) / (time.perf_counter() - t0)
 
 
+async def warc_loop(port: int, urls: list[str], path: Path, concurrency: int = 64) -> float:
+    """Pages/s of ceiling A's loop whose answers a writer thread stores as WARC request + response
+    records, each its own gzip member (the format's cost: two SHA-1s, deflate, a write)."""
+    q: queue.SimpleQueue = queue.SimpleQueue()
+
+    def digest(*parts: bytes) -> bytes:
+        h = hashlib.sha1()
+        for p in parts:
+            h.update(p)
+        return b"sha1:" + base64.b32encode(h.digest())
+
+    def record(kind: bytes, url: bytes, date: bytes, block_parts: tuple[bytes, ...], extra: bytes) -> bytes:
+        block = b"".join(block_parts)
+        head = (b"WARC/1.1\r\nWARC-Type: " + kind + b"\r\nWARC-Record-ID: <urn:uuid:" + str(uuid.uuid4()).encode()
+                + b">\r\nWARC-Date: " + date + b"\r\nWARC-Target-URI: " + url + b"\r\nWARC-Block-Digest: "
+                + digest(block) + b"\r\n" + extra + b"Content-Length: " + str(len(block)).encode() + b"\r\n\r\n")
+        return isal_zlib.compress(head + block + b"\r\n\r\n", 1, 31)
+
+    def writer() -> None:
+        with open(path, "wb", buffering=256 * 1024) as out:
+            while (item := q.get()) is not None:
+                url, req, head, body = item
+                date = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ").encode()
+                out.write(record(b"request", url, date, (req,), b"Content-Type: application/http; msgtype=request\r\n"))
+                out.write(record(b"response", url, date, (head, body),
+                                 b"WARC-Payload-Digest: " + digest(body)
+                                 + b"\r\nContent-Type: application/http; msgtype=response\r\n"))
+
+    queue_ = list(urls)
+
+    async def worker(session: aiohttp.ClientSession) -> None:
+        while queue_:
+            url = queue_.pop()
+            host, _, path_ = url[len("http://"):].partition("/")
+            async with session.get(f"http://127.0.0.1:{port}/{path_}", headers={"Host": host}) as r:
+                body = await r.read()
+                head = (f"HTTP/1.1 {r.status} {r.reason}\r\n".encode()
+                        + b"".join(k + b": " + v + b"\r\n" for k, v in r.raw_headers) + b"\r\n")
+            req = f"GET /{path_} HTTP/1.1\r\nHost: {host}\r\n\r\n".encode()
+            q.put((url.encode(), req, head, body))
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    conn = aiohttp.TCPConnector(limit=concurrency)
+    t0 = time.perf_counter()
+    try:
+        async with aiohttp.ClientSession(connector=conn) as session:
+            await asyncio.gather(*(worker(session) for _ in range(concurrency)))
+    finally:
+        q.put(None)
+        thread.join()
+    return len(urls) / (time.perf_counter() - t0)
+
+
 def _no_warc(self: Any, subset: str, url: str, t: datetime, r: Any, dedup: bool = False) -> dict[str, Any]:
     return {"warc_filename": self.names[subset]}
 
@@ -95,6 +159,10 @@ def run_variant(name: str, work: Path, port: int, server_pid: int, urls: list[st
     cfg = bench_config(work, port, len(urls), **({"sitemaps": False} if "-sitemaps" in name else {}))
     if name == "ceilA":
         asyncio.run(plain_loop(port, urls, False))
+        n = len(urls)
+    elif name == "ceilA+warc":
+        asyncio.run(warc_loop(port, urls, work / "ceil.warc.gz"))
+        (work / "ceil.warc.gz").unlink()
         n = len(urls)
     elif name == "chains":
         asyncio.run(chains_loop(port, urls, cfg.max_concurrent_hosts))
