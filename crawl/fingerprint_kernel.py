@@ -11,9 +11,13 @@ install`` stays ``pip install`` with no compiler or Cython build step; compiled 
 disk (``cache=True``) and loaded by later processes.
 
 The passes read the Python strings themselves (a list of ``str`` goes in as numba's reflected list,
-each string without a copy; ``numba.cpython.unicode._get_code_point`` reads its code points whatever
-its internal width): encoding every text to UTF-8 and joining the bytes cost more than the pass.
-``_get_code_point`` is numba-internal, stable since numba 0.47; the pinned version is tested.
+each string without a copy): encoding every text to UTF-8 and joining the bytes cost more than the
+pass. Each string's code units are viewed as an array of its internal width (``_kind``: 1, 2 or 4
+bytes, ``_data``; :func:`_codes`) and the per-character loop is compiled once per width, so the
+loop body has no per-character switch on the width as ``numba.cpython.unicode._get_code_point``'s
+(1.7x less CPU for the collapse on the simulated web's texts, which are all 2-byte strings, 1.xx
+for the fingerprints; bench/RESULTS.md, "Text kernels per string width"). ``_kind``/``_data`` are
+numba-internal (the unicode model since numba 0.41); the pinned version is tested.
 
 This module imports numba; :mod:`crawl.fingerprint` imports it only when it first fingerprints, so
 processes that only compute payload digests never load numba or LLVM.
@@ -38,9 +42,9 @@ from __future__ import annotations
 import warnings
 
 import numpy as np
-from numba import njit
+from numba import carray, njit, types
 from numba.core.errors import NumbaPendingDeprecationWarning
-from numba.cpython.unicode import _get_code_point
+from numba.extending import intrinsic
 
 # a list of str is passed as a reflected list (unboxed without copying the strings); numba has
 # announced its replacement, typed.List, since 0.44, whose construction costs ~50 us per page here
@@ -69,6 +73,36 @@ def _jit(fn):  # type: ignore[no-untyped-def]
         return njit(cache=True, nogil=True)(fn)
     except RuntimeError:  # "cannot cache function ...: no locator available"
         return njit(nogil=True)(fn)
+
+
+def _pointer_to(item):  # type: ignore[no-untyped-def]
+    """An intrinsic casting a ``void *`` to a pointer to ``item``s (for ``numba.carray``)."""
+    @intrinsic
+    def cast(typingctx, ptr):  # type: ignore[no-untyped-def]
+        def codegen(context, builder, sig, args):  # type: ignore[no-untyped-def]
+            return builder.bitcast(args[0], context.get_value_type(sig.return_type))
+        return types.CPointer(item)(types.voidptr), codegen
+    return cast
+
+
+_as_u8, _as_u16, _as_u32 = _pointer_to(types.uint8), _pointer_to(types.uint16), _pointer_to(types.uint32)
+
+
+@_jit
+def _codes8(s):  # type: ignore[no-untyped-def]
+    """The code points of a 1-byte-kind ``str`` ``s`` as a uint8 array over its data (no copy): one of
+    :func:`_codes8`/``16``/``32`` by ``s._kind``, so that the loops over them compile per width."""
+    return carray(_as_u8(s._data), (len(s),))
+
+
+@_jit
+def _codes16(s):  # type: ignore[no-untyped-def]
+    return carray(_as_u16(s._data), (len(s),))
+
+
+@_jit
+def _codes32(s):  # type: ignore[no-untyped-def]
+    return carray(_as_u32(s._data), (len(s),))
 
 
 @_jit
@@ -116,8 +150,9 @@ def _space(out, o, last):  # type: ignore[no-untyped-def]
 
 
 @_jit
-def _one(s, low, dig, repl, repl_off, ws, word, mode, pw, out, o0, words, buf):  # type: ignore[no-untyped-def]
-    """(SimHash, status, end of the digest bytes in ``out``) of string ``s``; digest bytes from ``o0``.
+def _one(a, low, dig, repl, repl_off, ws, word, mode, pw, out, o0, words, buf):  # type: ignore[no-untyped-def]
+    """(SimHash, status, end of the digest bytes in ``out``) of a string's code points ``a``
+    (:func:`_codes8`); digest bytes from ``o0``.
 
     ASCII takes a branch-free path (a word edge or a space every few characters would otherwise be a
     mispredicted branch): the word hash and its in-word byte position reset to 0 under a mask, the
@@ -131,8 +166,8 @@ def _one(s, low, dig, repl, repl_off, ws, word, mode, pw, out, o0, words, buf): 
     o = o0
     last = np.int64(1)
     dig_ok = mode != 2
-    for i in range(len(s)):
-        cp = np.int64(_get_code_point(s, i))
+    for i in range(a.size):
+        cp = np.int64(a[i])
         if cp < 0x80:  # ASCII: the common case
             lc = cp
             if 65 <= lc <= 90:  # predictable: uppercase is rare and input of mode 2 has none
@@ -260,8 +295,15 @@ def fingerprint_batch(texts, low, dig, repl, repl_off, ws, word, mode, pw, sims,
     o = 0
     for t in range(len(texts)):
         out_off[t] = o
-        s, st, e = _one(texts[t], low, dig, repl, repl_off, ws, word, mode, pw, out, o, words, buf)
-        sims[t] = s
+        s = texts[t]
+        k = s._kind
+        if k == 1:
+            h, st, e = _one(_codes8(s), low, dig, repl, repl_off, ws, word, mode, pw, out, o, words, buf)
+        elif k == 2:
+            h, st, e = _one(_codes16(s), low, dig, repl, repl_off, ws, word, mode, pw, out, o, words, buf)
+        else:
+            h, st, e = _one(_codes32(s), low, dig, repl, repl_off, ws, word, mode, pw, out, o, words, buf)
+        sims[t] = h
         status[t] = st
         o = e
     out_off[len(texts)] = o
@@ -278,33 +320,50 @@ def collapse_batch(texts, verbatim, ws, out, out_off, out_len):  # type: ignore[
     for t in range(len(texts)):
         out_off[t] = o
         s = texts[t]
-        o0 = o
-        extra = 0  # bytes written beyond one per character
         keep = verbatim[t] != 0
-        last = np.int64(0 if keep else 1)  # the last byte kept was a space (or nothing was kept yet)
-        for i in range(len(s)):
-            cp = np.int64(_get_code_point(s, i))
-            if cp < 0x80:
-                sp = 0 if keep else np.int64(ws[cp])
-                out[o] = 32 if sp else cp
-                o += 1 - (sp & last)
-                last = sp
-                continue
-            if 0xD800 <= cp < 0xE000:
-                return t
-            if not keep and cp < ws.size and ws[cp]:
-                o = _space(out, o, last)
-                last = 1
-            else:
-                e = _put(out, o, cp)
-                extra += e - o - 1
-                o = e
-                last = 0
-        if last and o > o0:  # a trailing space
-            o -= 1
-        out_len[t] = o - o0 - extra
+        k = s._kind
+        if k == 1:
+            e, length = _collapse_one(_codes8(s), keep, ws, out, o)
+        elif k == 2:
+            e, length = _collapse_one(_codes16(s), keep, ws, out, o)
+        else:
+            e, length = _collapse_one(_codes32(s), keep, ws, out, o)
+        if e < 0:
+            return t
+        o = e
+        out_len[t] = length
     out_off[len(texts)] = o
     return -1
+
+
+@_jit
+def _collapse_one(a, keep, ws, out, o):  # type: ignore[no-untyped-def]
+    """:func:`collapse_batch` of one string's code points ``a`` (:func:`_codes8`) written from ``out[o]``:
+    (end of its bytes, its length in characters), or (-1, 0) for a lone surrogate."""
+    o0 = o
+    extra = 0  # bytes written beyond one per character
+    last = np.int64(0 if keep else 1)  # the last byte kept was a space (or nothing was kept yet)
+    for i in range(a.size):
+        cp = np.int64(a[i])
+        if cp < 0x80:
+            sp = 0 if keep else np.int64(ws[cp])
+            out[o] = 32 if sp else cp
+            o += 1 - (sp & last)
+            last = sp
+            continue
+        if 0xD800 <= cp < 0xE000:
+            return -1, 0
+        if not keep and cp < ws.size and ws[cp]:
+            o = _space(out, o, last)
+            last = 1
+        else:
+            e = _put(out, o, cp)
+            extra += e - o - 1
+            o = e
+            last = 0
+    if last and o > o0:  # a trailing space
+        o -= 1
+    return o, o - o0 - extra
 
 
 _HIGH = np.uint64(0x8080808080808080)
