@@ -12,12 +12,14 @@ disk (``cache=True``) and loaded by later processes.
 
 The passes read the Python strings themselves (a list of ``str`` goes in as numba's reflected list,
 each string without a copy): encoding every text to UTF-8 and joining the bytes cost more than the
-pass. Each string's code units are viewed as an array of its internal width (``_kind``: 1, 2 or 4
-bytes, ``_data``; :func:`_codes`) and the per-character loop is compiled once per width, so the
-loop body has no per-character switch on the width as ``numba.cpython.unicode._get_code_point``'s
-(1.7x less CPU for the collapse on the simulated web's texts, which are all 2-byte strings, 1.xx
-for the fingerprints; bench/RESULTS.md, "Text kernels per string width"). ``_kind``/``_data`` are
-numba-internal (the unicode model since numba 0.41); the pinned version is tested.
+pass. :func:`fingerprint_batch` reads code points with ``numba.cpython.unicode._get_code_point``
+(whatever the string's internal width). :func:`collapse_batch` views each string's code units as an
+array of its width (``_kind`` 1, 2 or 4 bytes, ``_data``: :func:`_codes8` and siblings) so that its
+loop compiles once per width, with no per-character switch on the width: 1.7x less CPU for the
+collapse of the simulated web's texts (all 2-byte strings). The same for the fingerprint pass did
+not pay (its loop is bound by its word-hash and digest chains) and doubled the first compile, so it
+was left as it is (bench/RESULTS.md, "Text kernels per string width"). ``_get_code_point``, ``_kind``
+and ``_data`` are numba-internal (the unicode model since numba 0.47); the pinned version is tested.
 
 This module imports numba; :mod:`crawl.fingerprint` imports it only when it first fingerprints, so
 processes that only compute payload digests never load numba or LLVM.
@@ -44,6 +46,7 @@ import warnings
 import numpy as np
 from numba import carray, njit, types
 from numba.core.errors import NumbaPendingDeprecationWarning
+from numba.cpython.unicode import _get_code_point
 from numba.extending import intrinsic
 
 # a list of str is passed as a reflected list (unboxed without copying the strings); numba has
@@ -150,9 +153,8 @@ def _space(out, o, last):  # type: ignore[no-untyped-def]
 
 
 @_jit
-def _one(a, low, dig, repl, repl_off, ws, word, mode, pw, out, o0, words, buf):  # type: ignore[no-untyped-def]
-    """(SimHash, status, end of the digest bytes in ``out``) of a string's code points ``a``
-    (:func:`_codes8`); digest bytes from ``o0``.
+def _one(s, low, dig, repl, repl_off, ws, word, mode, pw, out, o0, words, buf):  # type: ignore[no-untyped-def]
+    """(SimHash, status, end of the digest bytes in ``out``) of string ``s``; digest bytes from ``o0``.
 
     ASCII takes a branch-free path (a word edge or a space every few characters would otherwise be a
     mispredicted branch): the word hash and its in-word byte position reset to 0 under a mask, the
@@ -166,8 +168,8 @@ def _one(a, low, dig, repl, repl_off, ws, word, mode, pw, out, o0, words, buf): 
     o = o0
     last = np.int64(1)
     dig_ok = mode != 2
-    for i in range(a.size):
-        cp = np.int64(a[i])
+    for i in range(len(s)):
+        cp = np.int64(_get_code_point(s, i))
         if cp < 0x80:  # ASCII: the common case
             lc = cp
             if 65 <= lc <= 90:  # predictable: uppercase is rare and input of mode 2 has none
@@ -295,14 +297,7 @@ def fingerprint_batch(texts, low, dig, repl, repl_off, ws, word, mode, pw, sims,
     o = 0
     for t in range(len(texts)):
         out_off[t] = o
-        s = texts[t]
-        k = s._kind
-        if k == 1:
-            h, st, e = _one(_codes8(s), low, dig, repl, repl_off, ws, word, mode, pw, out, o, words, buf)
-        elif k == 2:
-            h, st, e = _one(_codes16(s), low, dig, repl, repl_off, ws, word, mode, pw, out, o, words, buf)
-        else:
-            h, st, e = _one(_codes32(s), low, dig, repl, repl_off, ws, word, mode, pw, out, o, words, buf)
+        h, st, e = _one(texts[t], low, dig, repl, repl_off, ws, word, mode, pw, out, o, words, buf)
         sims[t] = h
         status[t] = st
         o = e
