@@ -15,7 +15,7 @@ each string without a copy): encoding every text to UTF-8 and joining the bytes 
 pass. :func:`fingerprint_batch` reads code points with ``numba.cpython.unicode._get_code_point``
 (whatever the string's internal width). :func:`collapse_batch` views each string's code units as an
 array of its width (``_kind`` 1, 2 or 4 bytes, ``_data``: :func:`_codes8` and siblings) so that its
-loop compiles once per width, with no per-character switch on the width: 1.7x less CPU for the
+loop compiles once per width, with no per-character switch on the width: ~1.6x less CPU for the
 collapse of the simulated web's texts (all 2-byte strings). The same for the fingerprint pass did
 not pay (its loop is bound by its word-hash and digest chains) and doubled the first compile, so it
 was left as it is (bench/RESULTS.md, "Text kernels per string width"). ``_get_code_point``, ``_kind``

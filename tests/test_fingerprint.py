@@ -506,7 +506,7 @@ def test_text_column_collapse_per_string_width() -> None:
     """One ``collapse_many`` batch mixing 1-, 2- and 4-byte strings (``str``'s internal widths),
     collapsed and verbatim, equals ``str.split``/``join`` and ``len`` text by text; a lone surrogate in a
     2- or 4-byte string raises. The pass reads each width through its own compiled loop (no
-    per-character width switch: 1.7x less CPU, bench/RESULTS.md "Text kernels per string width"),
+    per-character width switch: ~1.6x less CPU, bench/RESULTS.md "Text kernels per string width"),
     run here on arrays of each width as well."""
     from crawl.fingerprint import _tables, collapse_many
     from crawl.fingerprint_kernel import _collapse_one
