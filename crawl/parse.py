@@ -413,7 +413,9 @@ def _selector() -> LexborCSSSelector:
     if sel is None:
         sel = _local.selector = LexborCSSSelector()
     return sel
-_HEAD_AND_LINK_CSS = "meta, title, html, base[href], " + _LINK_CSS
+# <article>s ride along: _content_text reads them from this walk instead of a tag lookup of its own (a
+# second walk of the whole tree, ~10 us a page; bench/RESULTS.md, "Parse CPU, session 11")
+_HEAD_AND_LINK_CSS = "meta, title, html, base[href], article, " + _LINK_CSS
 _REFRESH_URL = re.compile(r"^\s*\d*(?:\.\d*)?\s*[;,]\s*(?:url\s*=\s*)?[\"']?([^\"']+)", re.IGNORECASE)
 _SKIP_SCHEMES = ("mailto:", "javascript:", "data:", "tel:")
 _SKIP_FIRST = "mjdtMJDT"  # their first characters, either case
@@ -479,6 +481,7 @@ def _parse_html_deferred(url: str, payload: bytes, headers: Mapping[str, str],
     refresh_target: str | None = None
     title = html_el = base_el = None
     hrefs, kinds, nfs = raw.hrefs, raw.kinds, raw.nofollow
+    articles = []
 
     def add(value: str | None, kind: str, nf: bool) -> None:
         href = _clean_href(value)
@@ -492,8 +495,8 @@ def _parse_html_deferred(url: str, payload: bytes, headers: Mapping[str, str],
     root = tree.root
     for node in _selector().find(_HEAD_AND_LINK_CSS, root) if root is not None else ():
         tag = node.tag
-        attrs = node.attributes
         if tag == "a" or tag == "area":  # most nodes: _clean_href inlined
+            attrs = node.attributes
             href = attrs.get("href")
             if href is not None:
                 href = href.strip(_HREF_WS)
@@ -504,14 +507,8 @@ def _parse_html_deferred(url: str, payload: bytes, headers: Mapping[str, str],
                     kinds.append(tag)
                     rel = attrs.get("rel")
                     nfs.append(rel is not None and "nofollow" in rel.lower().split())
-        elif tag == "meta":
-            name = (attrs.get("name") or "").strip().lower()
-            if name in ("robots", agent_l):
-                _apply_directives(attrs.get("content") or "", flags)
-            elif (attrs.get("http-equiv") or "").strip().lower() == "refresh" and refresh_target is None:
-                m = _REFRESH_URL.match(attrs.get("content") or "")
-                if m:
-                    refresh_target = m.group(1).strip()
+        elif tag == "article":
+            articles.append(node)
         elif tag == "title":
             if title is None:
                 title = node
@@ -521,16 +518,26 @@ def _parse_html_deferred(url: str, payload: bytes, headers: Mapping[str, str],
         elif tag == "base":
             if base_el is None:
                 base_el = node
-        elif tag == "link":
-            rel = (attrs.get("rel") or "").lower().split()
-            if "canonical" in rel:
-                href = _clean_href(attrs.get("href"))
-                if href:
-                    raw.canonical_hrefs.append(href)
-            if "alternate" in rel:
-                add(attrs.get("href"), "link", "nofollow" in rel)
-        elif tag in ("frame", "iframe"):
-            add(attrs.get("src"), tag, False)
+        else:  # the rare tags read their attributes
+            attrs = node.attributes
+            if tag == "meta":
+                name = (attrs.get("name") or "").strip().lower()
+                if name in ("robots", agent_l):
+                    _apply_directives(attrs.get("content") or "", flags)
+                elif (attrs.get("http-equiv") or "").strip().lower() == "refresh" and refresh_target is None:
+                    m = _REFRESH_URL.match(attrs.get("content") or "")
+                    if m:
+                        refresh_target = m.group(1).strip()
+            elif tag == "link":
+                rel = (attrs.get("rel") or "").lower().split()
+                if "canonical" in rel:
+                    href = _clean_href(attrs.get("href"))
+                    if href:
+                        raw.canonical_hrefs.append(href)
+                if "alternate" in rel:
+                    add(attrs.get("href"), "link", "nofollow" in rel)
+            elif tag in ("frame", "iframe"):
+                add(attrs.get("src"), tag, False)
     doc.meta_noindex, doc.meta_nofollow = flags
 
     if title is not None:
@@ -557,7 +564,7 @@ def _parse_html_deferred(url: str, payload: bytes, headers: Mapping[str, str],
         raw.text = text
     else:
         doc.text = " ".join(text.split())
-    doc.content_text = _content_text(tree)
+    doc.content_text = _content_text(tree, articles)
     return doc, raw
 
 
@@ -666,27 +673,63 @@ def _has_ancestor(node: object, tag: str) -> bool:
     return False
 
 
-def _content_text(tree: LexborHTMLParser) -> str:
+def _top_articles(articles: list) -> tuple[list, bool]:
+    """(The top-level ``<article>``s still in the document, whether one sits inside an ``<a>``) of the
+    ``<article>``s the walk found, in document order: what ``tree.tags("article")`` less those with an
+    ``<article>`` ancestor gives after the strip of scripts, styles, ``<noscript>`` and ``<template>``.
+
+    Why: one chase up each article's ancestors answers all three questions (nested, under an ``<a>``,
+    detached by the strip: the chase ends below the document node), instead of a walk of the whole
+    tree by tag name plus two ancestor chases (~12 us a page; bench/RESULTS.md, "Parse CPU, session 11")."""
+    top = []
+    under_a = False
+    for n in articles:
+        a = False
+        last = n
+        p = n.parent
+        while p is not None:
+            tag = p.tag
+            if tag == "article":
+                break
+            if tag == "a":
+                a = True
+            last = p
+            p = p.parent
+        else:
+            if last.tag == "-document":
+                top.append(n)
+                under_a |= a
+    return top, under_a
+
+
+def _content_text(tree: LexborHTMLParser, articles: list | None = None) -> str:
     """Text of the page's main content: top-level ``<article>``s, else ``<main>`` / ``[role=main]``.
 
     Why: SimHash and the text digest should follow the content, not the chrome around it. Navigation,
     "related" boxes, footers and rotating ad slots sit outside these HTML5 containers on most sites, and
     they differ between a page and its syndicated copy or change on every request; fingerprinting the
     whole body made such pairs look unrelated. "" (the full text, :attr:`ParsedDoc.fingerprint_text`)
-    when there is no container or it holds fewer than 3 words.
+    when there is no container or it holds fewer than 3 words. ``articles``: the ``<article>`` elements
+    of the tree in document order, found before the strip of scripts (:func:`_top_articles`); without
+    it the tree is searched.
     """
-    nodes = [n for n in tree.tags("article") if not _has_ancestor(n, "article")]
+    if articles is None:
+        nodes = [n for n in tree.tags("article") if not _has_ancestor(n, "article")]
+        under_a = any(_has_ancestor(n, "a") for n in nodes)
+    else:
+        nodes, under_a = _top_articles(articles)
     if not nodes:
         root = tree.root
         sel = _selector()
         main = (sel.find_first("main", root) or sel.find_first("[role=main]", root)) if root is not None else None
         nodes = main[:1] if main else []
+        under_a = bool(nodes) and (nodes[0].tag == "a" or _has_ancestor(nodes[0], "a"))
     if not nodes:
         return ""
     # anchor text is navigation (boilerpipe's link density), not the article's words. The body text is
     # taken already, so every <a> of the tree goes in one C call (Lexbor's tag index), unless a content
     # node is or sits inside an <a>: then only those under each node, as the node's own query finds them
-    if all(n.tag != "a" and not _has_ancestor(n, "a") for n in nodes):
+    if not under_a:
         tree.strip_tags(["a"], recursive=True)
     else:
         for n in nodes:
