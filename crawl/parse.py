@@ -398,7 +398,6 @@ def x_robots_flags(value: str | None, agent: str = PRODUCT_TOKEN) -> tuple[bool,
 
 # --- HTML ----------------------------------------------------------------------------------------
 
-_LINK_CSS = "a[href], area[href], link[href], frame[src], iframe[src]"
 _local = threading.local()
 
 
@@ -413,9 +412,18 @@ def _selector() -> LexborCSSSelector:
     if sel is None:
         sel = _local.selector = LexborCSSSelector()
     return sel
-# <article>s ride along: _content_text reads them from this walk instead of a tag lookup of its own (a
-# second walk of the whole tree, ~10 us a page; bench/RESULTS.md, "Parse CPU, session 11")
-_HEAD_AND_LINK_CSS = "meta, title, html, base[href], article, " + _LINK_CSS
+
+
+# The elements whose text is not the page's, removed after the walk (one walk instead of four by tag
+# name, ``tree.strip_tags``).
+_STRIPPED = ("script", "style", "noscript", "template")
+# The one walk's query. selectolax parses the query at every call (its selector memory is freed after
+# each): ~0.5-1 us a selector and more for an attribute condition, a fixed cost per page. So the link
+# tags carry no [href]/[src] condition (the walk reads those attributes anyway and skips an element
+# without one) and <html> is the walk's root; <base href> keeps its condition (the first one counts).
+# <article>s ride along for _content_text (no tag lookup of its own). bench/RESULTS.md, "Parse CPU,
+# session 11".
+_WALK_CSS = "meta, title, base[href], article, " + ", ".join(_STRIPPED) + ", a, area, link, frame, iframe"
 _REFRESH_URL = re.compile(r"^\s*\d*(?:\.\d*)?\s*[;,]\s*(?:url\s*=\s*)?[\"']?([^\"']+)", re.IGNORECASE)
 _SKIP_SCHEMES = ("mailto:", "javascript:", "data:", "tel:")
 _SKIP_FIRST = "mjdtMJDT"  # their first characters, either case
@@ -482,6 +490,7 @@ def _parse_html_deferred(url: str, payload: bytes, headers: Mapping[str, str],
     title = html_el = base_el = None
     hrefs, kinds, nfs = raw.hrefs, raw.kinds, raw.nofollow
     articles = []
+    stripped = []
 
     def add(value: str | None, kind: str, nf: bool) -> None:
         href = _clean_href(value)
@@ -493,7 +502,11 @@ def _parse_html_deferred(url: str, payload: bytes, headers: Mapping[str, str],
     # one walk of the tree for everything read before the text (document order, as separate queries
     # would give it: the first <title>, <html> and <base href> count)
     root = tree.root
-    for node in _selector().find(_HEAD_AND_LINK_CSS, root) if root is not None else ():
+    if root is not None and root.tag == "html":  # the query matches its root first (Lexbor's MATCH_ROOT)
+        html_el = root
+    elif root is not None:  # not seen: a document's root is <html>
+        html_el = next(iter(_selector().find_first("html", root)), None)
+    for node in _selector().find(_WALK_CSS, root) if root is not None else ():
         tag = node.tag
         if tag == "a" or tag == "area":  # most nodes: _clean_href inlined
             attrs = node.attributes
@@ -509,12 +522,11 @@ def _parse_html_deferred(url: str, payload: bytes, headers: Mapping[str, str],
                     nfs.append(rel is not None and "nofollow" in rel.lower().split())
         elif tag == "article":
             articles.append(node)
+        elif tag in _STRIPPED:
+            stripped.append(node)
         elif tag == "title":
             if title is None:
                 title = node
-        elif tag == "html":
-            if html_el is None:
-                html_el = node
         elif tag == "base":
             if base_el is None:
                 base_el = node
@@ -557,7 +569,8 @@ def _parse_html_deferred(url: str, payload: bytes, headers: Mapping[str, str],
         if m:
             raw.header_canonical = m.group(1).strip()
 
-    tree.strip_tags(["script", "style", "noscript", "template"])
+    for node in stripped:  # = tree.strip_tags(list(_STRIPPED)): each one unlinked, its subtree with it
+        node.decompose(recursive=False)
     root = tree.body if tree.body is not None else tree.root
     text = root.text(separator=" ") if root is not None else ""
     if raw_text:
