@@ -867,3 +867,74 @@ def test_plain_column_equals_plain_rest(values: list[str]) -> None:
     # and the path-relative shape's test (resolve_run_keys' classification of distinct hrefs)
     want = [v[:1] not in ("", "?", "#") and ":" not in v and _CTRL_OR_SPACE.search(v) is None for v in values]
     assert pc.match_substring_regex(pa.array(values, pa.string()), _PATH_RELATIVE_COLUMN).to_pylist() == want
+
+
+# ------------------------------------------------------------ the one walk (session 11)
+_WALK_PAGES = [
+    "<html lang=de-AT><article>one two three <a href=x>link</a> four</article><script>s</script>",
+    "<article>a b c<article>inner d e f</article></article><article>second x y z</article>",
+    "<body><noscript><article>hidden a b c</article><a href=/ns>ns</a></noscript><article>seen a b c</article>",
+    "<template><article>t a b c</article><a href=/t>t</a></template><main>m one two three</main>",
+    "<svg><article>s a b c</article><a href=/s1>s</a><a xlink:href=/s2>x</a><html lang=fr></html>"
+    "<script>x</script><style>y</style><base xlink:href=/xb/><base href=/sb/></svg><base><base href=/b/>",
+    "<math><article>m a b c</article><style>q</style></math><article>r a b c</article>",
+    "<a href=1><div><article>deep a b c<a href=2>q</a></article></div></a><article>e f g<a href=3>z</a></article>",
+    "<div role=main>role one two three <a>n</a></div>",
+    "<a role=main href=z>role a one two three</a>",
+    "<head><style>h{}</style><noscript><link rel=canonical href=/c></noscript></head>"
+    "<body>t <script>x</script> u<article>a <script>s</script>b c d<noscript>n</noscript></article>",
+    "<a>no href</a><a href=/1 rel='NoFollow x'>1</a><area><area href=/2><link rel=canonical>"
+    "<link rel=canonical href=/c2><link rel=alternate><link rel='alternate nofollow' HREF=/alt><iframe></iframe>"
+    "<iframe SRC=/if><frame><a href=' '>ws</a><a href='#t'>h</a><a href='JavaScript:x'>j</a>",
+    "<frameset><frame src=/f1><frame><frame src=/f2><noscript>f</noscript></frameset>",
+    "<!-- c --><html><head><base target=_x><base href=' /b2/ '></head><body><html lang=es><p>x",
+]
+
+
+def test_the_walk_gives_what_tag_lookups_and_per_tag_queries_gave() -> None:
+    """The HTML pass reads <article>s and the elements to strip from its one CSS query (no tag walks),
+    and that query has no attribute conditions on the link tags nor <html> (selectolax parses a query
+    at every call): text, main-content text, links in order, title, language and base must be what the
+    former per-tag lookups give (nested, detached-by-the-strip and <a>-wrapped articles, SVG/MathML
+    elements, template contents, elements without href/src)."""
+    from selectolax.lexbor import LexborHTMLParser
+
+    from crawl.parse import (
+        _STRIPPED,
+        _WALK_CSS,
+        _content_text,
+        _parse_html_deferred,
+        _selector,
+        _top_articles,
+    )
+
+    assert "[href]" not in _WALK_CSS.replace("base[href]", "") and "html" not in _WALK_CSS.split(", ")
+    for page in _WALK_PAGES:
+        doc, raw = _parse_html_deferred("http://h.test/p/", page.encode(), {"content-type": "text/html"},
+                                        raw_text=True)
+        tree = LexborHTMLParser(page.encode())
+        old = _selector().find("html, base[href], a[href], area[href], link[href], frame[src], iframe[src]",
+                               tree.root)
+        articles = [n for n in _selector().find(_WALK_CSS, tree.root) if n.tag == "article"]
+        tree.strip_tags(list(_STRIPPED))  # the former strip: four walks by tag name
+        assert raw.text == (tree.body or tree.root).text(separator=" "), page
+        html_el = next(n for n in old if n.tag == "html")
+        assert doc.language == ((html_el.attributes.get("lang") or "").split("-")[0].lower() or None), page
+        bases = [n for n in old if n.tag == "base"]
+        assert raw.base_href == (((bases[0].attributes.get("href") or "").strip() or None) if bases else None), page
+        hrefs = [(n.attributes.get("src" if n.tag in ("frame", "iframe") else "href") or "").strip()
+                 for n in old if n.tag in ("a", "area", "frame", "iframe")]
+        assert [h for h, k in zip(raw.hrefs, raw.kinds, strict=True) if k != "link"] == \
+            [h for h in hrefs if h and h[0] != "#" and not h.lower().startswith("javascript:")], page
+        top, _ = _top_articles(articles)
+        want = [n for n in tree.tags("article") if n.parent is not None and all(
+            a.tag != "article" for a in _ancestors(n))]
+        assert [n.mem_id for n in top] == [n.mem_id for n in want], page
+        assert doc.content_text == _content_text(tree), page  # the tag lookup (no articles given)
+
+
+def _ancestors(node):  # noqa: ANN001, ANN202
+    p = node.parent
+    while p is not None:
+        yield p
+        p = p.parent
