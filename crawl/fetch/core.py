@@ -169,6 +169,7 @@ class _Fetcher(_Scheduling, _HttpCalls, _Outcomes, _RobotsFetch, _SitemapFetch, 
         self.placed: list[str] = []
         self.checkpoint_s = 0.0  # time the writer thread spent cutting segments (closing + checkpoint)
         self.writer = _WarcWriter()
+        self.bp_waiters: list[asyncio.Future[None]] = []  # requests waiting for the writer (_backpressure)
         self.resolver = GuardedResolver(cfg.resolve, allow_private_networks=cfg.allow_private_networks)
         self.wake = asyncio.Event()
         self.tasks: set[asyncio.Task[None]] = set()
