@@ -3,6 +3,10 @@
 In one run, over the same URLs of a simulated web with ≥ 500 hosts (politeness delay 0):
 - ceiling A: a bare aiohttp loop (64 connections) that only downloads;
 - ceiling B: the same loop plus selectolax link extraction (the issue's "plain aiohttp + selectolax");
+- ceiling B + outputs (``same_outputs_loop``): ceiling B that also stores what our round stores per
+  page -- WARC request + response records (bench/bare_warc.py), the text file, the links file resolved
+  with the engine's ``resolve_many``, a page index with the text's digest and SimHash from the engine's
+  ``fingerprints_many`` -- with no orchestration: how fast a bare loop goes at the cost the outputs fix;
 - ours, fetch only: ``crawl.fetch.fetch_partition`` over the URLs as one fetch list (robots.txt,
   per-host queues, one request in flight per host, WARC writing);
 - ours, end to end: one full round (inject, generate, fetch+parse on the embedded Dask cluster,
@@ -10,7 +14,9 @@ In one run, over the same URLs of a simulated web with ≥ 500 hosts (politeness
   workers' user+system CPU per page next to the bare loop's (ceiling B, this process);
 - fixed cost: on a synthetic crawl of ``--known`` URLs (1 M) with nothing due, one round from inject
   to publish on the same running cluster (``fixed_round_s``).
-Absolute numbers on a shared 2-core box are noise; the ratios are the figures to compare.
+Absolute numbers on a shared 2-core box are noise; the ratios are the figures to compare. The RESULT
+line's ``vs_ceiling`` is ours end to end / ceiling B (issue 11's target); ``same_outputs_vs_ceiling`` is
+ceiling B + outputs / ceiling B, and ``vs_same_outputs`` ours end to end / ceiling B + outputs.
 
     python bench/crawl_bench.py [--hosts 500] [--pages 3000]
     python bench/crawl_bench.py --fixed-only        # only fixed_round_s
@@ -35,6 +41,7 @@ import aiohttp
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 from selectolax.lexbor import LexborHTMLParser
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -43,14 +50,18 @@ from crawl import round as rnd  # noqa: E402
 from crawl.cluster import dask_client  # noqa: E402
 from crawl.config import CrawlConfig, load_config  # noqa: E402
 from crawl.fetch import fetch_partition  # noqa: E402
+from crawl.fingerprint import fingerprints_many  # noqa: E402
+from crawl.fingerprint import warm_up as fingerprint_warm_up  # noqa: E402
 from crawl.records import FETCHLIST_SCHEMA  # noqa: E402
 from crawl.simweb.launch import launch  # noqa: E402
 from crawl.simweb.launch import stop as stop_process  # noqa: E402
 from crawl.simweb.model import SimParams, build  # noqa: E402
 from crawl.simweb.truth import truth_table  # noqa: E402
-from crawl.url import host_of, url_hash  # noqa: E402
+from crawl.store import parquet_options  # noqa: E402
+from crawl.url import host_of, resolve_many, url_hash  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bare_warc import RecordWriter, request_bytes, response_head  # noqa: E402
 from timeline import Sampler, StepClock, step_table  # noqa: E402
 
 
@@ -75,6 +86,80 @@ async def plain_loop(port: int, urls: list[str], extract: bool, concurrency: int
     t0 = time.perf_counter()
     async with aiohttp.ClientSession(connector=conn) as session:
         await asyncio.gather(*(worker(session) for _ in range(concurrency)))
+    return len(urls) / (time.perf_counter() - t0)
+
+
+async def same_outputs_loop(port: int, urls: list[str], out_dir: Path, concurrency: int = 64,
+                            batch: int = 500) -> float:
+    """Pages/s of ceiling B's loop that also stores what our round stores per page, with none of its
+    orchestration (no politeness, robots.txt, dedup state, Dask): the answers as WARC request + response
+    records (a writer thread, bench/bare_warc.py); per ``batch`` pages, the body text with its URL as a
+    zstd Parquet text file, the ``a[href]`` links resolved against the page URL
+    (:func:`crawl.url.resolve_many`, the engine's) as a (from_url, to_url) Parquet links file, and the
+    text's digest and SimHash (:func:`crawl.fingerprint.fingerprints_many`) in the page index (url,
+    status, length, digest, SimHash), whose WARC offsets are known once the writer is done, so the
+    index is written last. Parquet options are the engine's (:func:`crawl.store.parquet_options`)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    queue = list(urls)
+    page_url: list[str] = []
+    page_text: list[str] = []
+    link_from: list[str] = []
+    link_href: list[str] = []
+    index: dict[str, list[Any]] = {"url": [], "http_status": [], "content_length": [], "text_digest": [],
+                                   "simhash": []}
+    writers: dict[str, pq.ParquetWriter] = {}
+
+    def write(name: str, table: pa.Table) -> None:
+        if name not in writers:
+            writers[name] = pq.ParquetWriter(out_dir / f"{name}.parquet", table.schema, **parquet_options(table))
+        writers[name].write_table(table)
+
+    def flush() -> None:
+        write("text", pa.table({"url": page_url, "text": page_text}))
+        to = resolve_many(link_href, link_from)
+        links = pa.table({"from_url": pa.array(link_from, pa.string()), "to_url": to}).filter(pc.is_valid(to))
+        write("links", links)
+        sims, digests = fingerprints_many(page_text)
+        index["url"] += page_url
+        index["text_digest"] += digests
+        index["simhash"].append(sims)
+        for col in (page_url, page_text, link_from, link_href):
+            col.clear()
+
+    async def worker(session: aiohttp.ClientSession, warc: RecordWriter) -> None:
+        while queue:
+            url = queue.pop()
+            host, _, path = url[len("http://"):].partition("/")
+            async with session.get(f"http://127.0.0.1:{port}/{path}", headers={"Host": host}) as r:
+                body = await r.read()
+                head = response_head(r)
+            warc.put(url.encode(), request_bytes(host, path), head, body)
+            tree = LexborHTMLParser(body)
+            hrefs = [n.attributes.get("href") for n in tree.css("a[href]")]
+            page_url.append(url)
+            page_text.append(tree.body.text(separator=" ") if tree.body else "")
+            link_href.extend(hrefs)
+            link_from.extend([url] * len(hrefs))
+            index["http_status"].append(r.status)
+            index["content_length"].append(len(body))
+            if len(page_url) >= batch:
+                flush()
+
+    conn = aiohttp.TCPConnector(limit=concurrency)
+    t0 = time.perf_counter()
+    try:
+        with RecordWriter(out_dir / "pages.warc.gz") as warc:
+            async with aiohttp.ClientSession(connector=conn) as session:
+                await asyncio.gather(*(worker(session, warc) for _ in range(concurrency)))
+            if page_url:
+                flush()
+        index_t = pa.table({**{k: v for k, v in index.items() if k != "simhash"},
+                            "simhash": np.concatenate(index["simhash"]),
+                            "warc_record_offset": pa.array(warc.offsets, pa.int64())})
+        write("index", index_t)
+    finally:
+        for w in writers.values():
+            w.close()
     return len(urls) / (time.perf_counter() - t0)
 
 
@@ -257,6 +342,13 @@ def main() -> None:
         ceil_extract = asyncio.run(plain_loop(port, urls, True))
         bare_cpu_ms = 1000 * (time.process_time() - c0) / len(urls)
         print(f"ceiling B, aiohttp + selectolax extract:  {ceil_extract:8.1f} pages/s")
+        fingerprint_warm_up()  # numba's kernels load before the timed loop, as the Dask workers' preload does
+        c0 = time.process_time()
+        same_outputs = asyncio.run(same_outputs_loop(port, urls, work / "same-outputs"))
+        same_cpu_ms = 1000 * (time.process_time() - c0) / len(urls)
+        shutil.rmtree(work / "same-outputs", ignore_errors=True)
+        print(f"ceiling B + the round's outputs:          {same_outputs:8.1f} pages/s  "
+              f"({same_outputs / ceil_extract:.2f} of ceiling B)")
 
         ours_fetch, fetch_cpu_ms = fetch_only(work, port, urls, args.set)
         cfg = bench_config(work, port, len(urls), **dict(kv.split("=", 1) for kv in args.set))
@@ -285,8 +377,11 @@ def main() -> None:
               f"(fetch+parse phase {fp_rate} pages/s)")
         print(f"ratios: fetch-only/ceiling A = {ours_fetch / ceil_fetch:.2f}; "
               f"end-to-end/ceiling B = {ours_e2e / ceil_extract:.2f}; "
-              f"fetch+parse phase/ceiling B = {fp_rate / ceil_extract:.2f}")
-        print(f"CPU per page: bare aiohttp + selectolax loop {bare_cpu_ms:.2f} ms; ours fetch only (this process) "
+              f"fetch+parse phase/ceiling B = {fp_rate / ceil_extract:.2f}; "
+              f"ceiling B + outputs/ceiling B = {same_outputs / ceil_extract:.2f}; "
+              f"end-to-end/ceiling B + outputs = {ours_e2e / same_outputs:.2f}")
+        print(f"CPU per page: bare aiohttp + selectolax loop {bare_cpu_ms:.2f} ms; the same + outputs "
+              f"{same_cpu_ms:.2f} ms; ours fetch only (this process) "
               f"{fetch_cpu_ms:.2f} ms; ours round, Dask workers' user+sys {round_cpu_ms:.2f} ms")
         print(f"fixed cost: a round with nothing due on {args.known:,} known URLs (state built in {built_s:.1f} s): "
               f"{fixed_s:.2f} s = " + ", ".join(f"{k} {v:.2f}" for k, v in steps.items()))
@@ -294,7 +389,9 @@ def main() -> None:
         print(f"RESULT e2e_pages_s={ours_e2e:.0f} vs_ceiling={ours_e2e / ceil_extract:.2f} "
               f"fetch_only_vs_ceiling={ours_fetch / ceil_fetch:.2f} fixed_round_s={fixed_s:.2f} "
               f"cpu_ms_per_page={round_cpu_ms:.2f} bare_cpu_ms_per_page={bare_cpu_ms:.2f} "
-              f"load={load0:.1f}-{os.getloadavg()[0]:.1f}")
+              f"load={load0:.1f}-{os.getloadavg()[0]:.1f} same_outputs_pages_s={same_outputs:.0f} "
+              f"same_outputs_vs_ceiling={same_outputs / ceil_extract:.2f} vs_same_outputs={ours_e2e / same_outputs:.2f} "
+              f"same_outputs_cpu_ms_per_page={same_cpu_ms:.2f}")
     finally:
         stop_process(proc)
         shutil.rmtree(work, ignore_errors=True)

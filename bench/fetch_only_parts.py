@@ -20,28 +20,31 @@ every other rep):
 - ``-sitemaps-robots-warc``: also no WARC records (an ablation of this script only: the fetcher's
   ``_store`` is replaced by one that queues nothing; the rows lose their WARC columns).
 
-Each line gives pages/s, its ratio to the same rep's ceiling A, and the CPU per page of this process
-(all threads), of its event-loop thread, and of the simulated web's process.
+Not run unless named in ``--variants``, the whole round's yardsticks (crawl_bench's ceiling B and
+``same_outputs_loop``), to give their CPU per page side by side:
+
+- ``ceilB``: ceiling B exactly as crawl_bench runs it (ceiling A + selectolax links and body text);
+- ``ceilB+outputs``: ceiling B that also stores the round's outputs (the WARC records as ``ceilA+warc``,
+  text, links and page index Parquet files, text fingerprints).
+
+Each line gives pages/s, its ratio to the same rep's ceiling A (and ceiling B when run), and the CPU per
+page of this process (all threads), of its event-loop thread, and of the simulated web's process.
 
     python bench/fetch_only_parts.py --hosts 1000 --pages 20000 --reps 3
+    python bench/fetch_only_parts.py --variants ceilB,ceilB+outputs --reps 4
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import base64
-import hashlib
 import json
 import os
-import queue
 import shutil
 import statistics
 import sys
 import tempfile
-import threading
 import time
-import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -49,19 +52,23 @@ from typing import Any
 import aiohttp
 import aiohttp.abc
 import pyarrow.compute as pc
-from isal import isal_zlib
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from crawl_bench import bench_config, bench_fetchlist, bench_urls, plain_loop  # noqa: E402
+from bare_warc import RecordWriter, request_bytes, response_head  # noqa: E402
+from crawl_bench import bench_config, bench_fetchlist, bench_urls, plain_loop, same_outputs_loop  # noqa: E402
 from timeline import cpu_s  # noqa: E402
 
 from crawl.fetch import fetch_partition, warcwriter  # noqa: E402
+from crawl.fingerprint import warm_up  # noqa: E402
 from crawl.simweb.launch import launch  # noqa: E402
 from crawl.simweb.launch import stop as stop_process  # noqa: E402
 
-VARIANTS = ("ceilA", "ceilA+warc", "chains", "ours", "-sitemaps", "-sitemaps-robots", "-sitemaps-robots-warc")
+VARIANTS = ("ceilA", "ceilA+warc", "chains", "ours", "-sitemaps", "-sitemaps-robots", "-sitemaps-robots-warc",
+            "ceilB", "ceilB+outputs")
+DEFAULT_VARIANTS = VARIANTS[:7]
+OURS = ("ours", "-sitemaps", "-sitemaps-robots", "-sitemaps-robots-warc")  # fetch_partition
 
 
 class _ToServer(aiohttp.abc.AbstractResolver):
@@ -98,55 +105,23 @@ async def chains_loop(port: int, urls: list[str], hosts_at_once: int) -> float:
 
 async def warc_loop(port: int, urls: list[str], path: Path, concurrency: int = 64) -> float:
     """Pages/s of ceiling A's loop whose answers a writer thread stores as WARC request + response
-    records, each its own gzip member (the format's cost: two SHA-1s, deflate, a write)."""
-    q: queue.SimpleQueue = queue.SimpleQueue()
-
-    def digest(*parts: bytes) -> bytes:
-        h = hashlib.sha1()
-        for p in parts:
-            h.update(p)
-        return b"sha1:" + base64.b32encode(h.digest())
-
-    def record(kind: bytes, url: bytes, date: bytes, block_parts: tuple[bytes, ...], extra: bytes) -> bytes:
-        block = b"".join(block_parts)
-        head = (b"WARC/1.1\r\nWARC-Type: " + kind + b"\r\nWARC-Record-ID: <urn:uuid:" + str(uuid.uuid4()).encode()
-                + b">\r\nWARC-Date: " + date + b"\r\nWARC-Target-URI: " + url + b"\r\nWARC-Block-Digest: "
-                + digest(block) + b"\r\n" + extra + b"Content-Length: " + str(len(block)).encode() + b"\r\n\r\n")
-        return isal_zlib.compress(head + block + b"\r\n\r\n", 1, 31)
-
-    def writer() -> None:
-        with open(path, "wb", buffering=256 * 1024) as out:
-            while (item := q.get()) is not None:
-                url, req, head, body = item
-                date = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ").encode()
-                out.write(record(b"request", url, date, (req,), b"Content-Type: application/http; msgtype=request\r\n"))
-                out.write(record(b"response", url, date, (head, body),
-                                 b"WARC-Payload-Digest: " + digest(body)
-                                 + b"\r\nContent-Type: application/http; msgtype=response\r\n"))
-
+    records, each its own gzip member (the format's cost: two SHA-1s, deflate, a write; bench/bare_warc.py)."""
     queue_ = list(urls)
 
-    async def worker(session: aiohttp.ClientSession) -> None:
+    async def worker(session: aiohttp.ClientSession, writer: RecordWriter) -> None:
         while queue_:
             url = queue_.pop()
             host, _, path_ = url[len("http://"):].partition("/")
             async with session.get(f"http://127.0.0.1:{port}/{path_}", headers={"Host": host}) as r:
                 body = await r.read()
-                head = (f"HTTP/1.1 {r.status} {r.reason}\r\n".encode()
-                        + b"".join(k + b": " + v + b"\r\n" for k, v in r.raw_headers) + b"\r\n")
-            req = f"GET /{path_} HTTP/1.1\r\nHost: {host}\r\n\r\n".encode()
-            q.put((url.encode(), req, head, body))
+                head = response_head(r)
+            writer.put(url.encode(), request_bytes(host, path_), head, body)
 
-    thread = threading.Thread(target=writer)
-    thread.start()
     conn = aiohttp.TCPConnector(limit=concurrency)
     t0 = time.perf_counter()
-    try:
+    with RecordWriter(path) as writer:
         async with aiohttp.ClientSession(connector=conn) as session:
-            await asyncio.gather(*(worker(session) for _ in range(concurrency)))
-    finally:
-        q.put(None)
-        thread.join()
+            await asyncio.gather(*(worker(session, writer) for _ in range(concurrency)))
     return len(urls) / (time.perf_counter() - t0)
 
 
@@ -163,6 +138,13 @@ def run_variant(name: str, work: Path, port: int, server_pid: int, urls: list[st
     elif name == "ceilA+warc":
         asyncio.run(warc_loop(port, urls, work / "ceil.warc.gz"))
         (work / "ceil.warc.gz").unlink()
+        n = len(urls)
+    elif name == "ceilB":
+        asyncio.run(plain_loop(port, urls, True))
+        n = len(urls)
+    elif name == "ceilB+outputs":
+        asyncio.run(same_outputs_loop(port, urls, work / "same-outputs"))
+        shutil.rmtree(work / "same-outputs")
         n = len(urls)
     elif name == "chains":
         asyncio.run(chains_loop(port, urls, cfg.max_concurrent_hosts))
@@ -192,7 +174,7 @@ def main() -> None:
     ap.add_argument("--pages", type=int, default=20000)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated subset of " + ",".join(VARIANTS))
+    ap.add_argument("--variants", default=",".join(DEFAULT_VARIANTS), help="comma-separated subset of " + ",".join(VARIANTS))
     args = ap.parse_args()
     variants = [v for v in args.variants.split(",") if v]
     if any(v not in VARIANTS for v in variants):
@@ -204,27 +186,35 @@ def main() -> None:
         urls = bench_urls(args.hosts, args.seed, args.pages)
         print(f"{len(urls)} pages on {len({u.split('/')[2] for u in urls})} hosts; warm-up", flush=True)
         asyncio.run(plain_loop(port, urls, False))  # the server's render cache, as crawl_bench warms it
-        run_variant("ours", work, port, proc.pid, urls, None)  # robots and sitemap renders warm; robots rows
-        robots = run_variant.robots  # type: ignore[attr-defined]
+        robots = None
+        if any(v in OURS for v in variants):
+            run_variant("ours", work, port, proc.pid, urls, None)  # robots and sitemap renders warm; robots rows
+            robots = run_variant.robots  # type: ignore[attr-defined]
+        if "ceilB+outputs" in variants:
+            warm_up()  # the fingerprint kernels (numba) load before the first timed run, as the workers' preload does
         got: dict[str, list[dict[str, Any]]] = {v: [] for v in variants}
         for rep in range(args.reps):
-            ceil = None
+            ceil: dict[str, float] = {}
             for v in (variants if rep % 2 == 0 else variants[::-1]):
                 r = run_variant(v, work, port, proc.pid, urls, robots)
                 got[v].append(r)
-                if v == "ceilA":
-                    ceil = r["pages_s"]
+                if v in ("ceilA", "ceilB"):
+                    ceil[v] = r["pages_s"]
                 r["rep"], r["load"] = rep, os.getloadavg()[0]
                 print(json.dumps({k: round(x, 3) if isinstance(x, float) else x for k, x in r.items()}), flush=True)
-            if ceil:
-                for v in variants:
-                    got[v][-1]["ratio"] = got[v][-1]["pages_s"] / ceil
+            for c, key in (("ceilA", "ratio"), ("ceilB", "ratio_b")):
+                if c in ceil:
+                    for v in variants:
+                        got[v][-1][key] = got[v][-1]["pages_s"] / ceil[c]
         print(f"medians over {args.reps} reps (load {load0:.1f}-{os.getloadavg()[0]:.1f}):")
-        print(f"{'variant':24s} {'pages/s':>8s} {'/ceilA':>7s} {'proc ms/p':>10s} {'loop ms/p':>10s} {'server ms/p':>11s}")
+        print(f"{'variant':24s} {'pages/s':>8s} {'/ceilA':>7s} {'/ceilB':>7s} {'proc ms/p':>10s} {'loop ms/p':>10s} "
+              f"{'server ms/p':>11s}")
         for v in variants:
             m = {k: statistics.median(r[k] for r in got[v]) for k in ("pages_s", "proc_ms", "loop_ms", "server_ms")}
-            ratio = statistics.median(r["ratio"] for r in got[v]) if all("ratio" in r for r in got[v]) else float("nan")
-            print(f"{v:24s} {m['pages_s']:8.0f} {ratio:7.2f} {m['proc_ms']:10.3f} {m['loop_ms']:10.3f} {m['server_ms']:11.3f}")
+            ratio, ratio_b = (statistics.median(r[key] for r in got[v]) if all(key in r for r in got[v]) else float("nan")
+                              for key in ("ratio", "ratio_b"))
+            print(f"{v:24s} {m['pages_s']:8.0f} {ratio:7.2f} {ratio_b:7.2f} {m['proc_ms']:10.3f} {m['loop_ms']:10.3f} "
+                  f"{m['server_ms']:11.3f}")
     finally:
         stop_process(proc)
         shutil.rmtree(work, ignore_errors=True)
