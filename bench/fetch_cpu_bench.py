@@ -19,7 +19,8 @@ runs the current tree once in this process under cProfile and prints the top fun
 Ends with ``RESULT fetch_cpu_ms_per_page=… baseline=… ratio=… loop_ms_per_page=…`` (ratio = baseline / current,
 medians; > 1 means the current tree spends less CPU per page; ``loop_…``: the event loop thread alone,
 ``time.thread_time``; ``writer_…``: the WARC writer thread, read by the thread as it ends). Each run also
-prints both threads' context switches and page faults per page. ``--hold`` calls it as the fetch+parse
+prints both threads' context switches and page faults per page, the writer's backlog (bytes queued for it,
+sampled every 50 records: median and p90) and the child's peak RSS. ``--hold`` calls it as the fetch+parse
 task does (bodies held for the parse).
 """
 
@@ -105,10 +106,20 @@ def run_once(fetchlist_path: Path, port: int, work: Path, prefix: str, checkpoin
     pages = out.fetches.filter(pc.equal(out.fetches.column("subset"), "warc"))
     fetched = int(pc.sum(pc.equal(pages.column("status"), "fetched")).as_py() or 0)
     return {"cpu_s": cpu, "loop_cpu_s": loop_cpu, "writer_cpu_s": writer.get("cpu_s", 0.0),
-            "writer_ctx": writer.get("ctx", (0, 0)), "writer_minflt": writer.get("minflt", 0),
+            "writer_ctx": writer.get("ctx", (0, 0)),
+            "backlog_mb": _quantiles(writer.get("backlog", [])), "writer_minflt": writer.get("minflt", 0),
             "loop_minflt": lflt, "loop_ctx": (ctx1[0] - ctx0[0], ctx1[1] - ctx0[1]), "gc_s": gc_s, "wall_s": wall,
             "fetched": fetched, "rows": out.fetches.num_rows,
+            "maxrss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
             "requests": out.stats.get("requests", 0), "robots": out.stats.get("robots_requests", 0)}
+
+
+def _quantiles(xs: list[int]) -> tuple[float, float]:
+    """Median and p90 of the sampled writer backlog, in MB."""
+    if not xs:
+        return (0.0, 0.0)
+    xs = sorted(xs)
+    return (xs[len(xs) // 2] / 2**20, xs[min(len(xs) - 1, 9 * len(xs) // 10)] / 2**20)
 
 
 def _ctx_switches() -> tuple[int, int]:
@@ -144,11 +155,23 @@ def _writer_thread_cpu():  # noqa: ANN202
             ctx = out.get("ctx", (0, 0))
             out["ctx"] = (ctx[0] + x1[0] - x0[0], ctx[1] + x1[1] - x0[1])
 
+    orig_submit = warcwriter._WarcWriter.submit
+    backlog: list[int] = []
+    out["backlog"] = backlog
+
+    def submit(self, fn, size: int) -> int:  # noqa: ANN001
+        i = orig_submit(self, fn, size)
+        if i % 50 == 0:  # bytes queued for the writer, sampled every 50 records
+            backlog.append(self.submitted_bytes - self.written_bytes)
+        return i
+
     warcwriter._WarcWriter._loop = loop
+    warcwriter._WarcWriter.submit = submit
     try:
         yield out
     finally:
         warcwriter._WarcWriter._loop = orig
+        warcwriter._WarcWriter.submit = orig_submit
 
 
 def child(args: argparse.Namespace) -> None:
@@ -270,7 +293,10 @@ def main() -> None:
                       f"writer {wms:.3f}), {r['fetched'] / r['wall_s']:.0f} pages/s; context switches a page "
                       f"(voluntary/involuntary) writer {wctx[0] / n:.2f}/{wctx[1] / n:.2f} loop {lctx[0] / n:.2f}/"
                       f"{lctx[1] / n:.2f}; page faults a page writer {r.get('writer_minflt', 0) / n:.1f} loop "
-                      f"{r.get('loop_minflt', 0) / n:.1f}; load {os.getloadavg()[0]:.1f}", flush=True)
+                      f"{r.get('loop_minflt', 0) / n:.1f}; writer backlog p50/p90 "
+                      f"{r.get('backlog_mb', (0, 0))[0]:.1f}/{r.get('backlog_mb', (0, 0))[1]:.1f} MB, peak RSS "
+                      f"{r.get('maxrss_mb', 0):.0f} MB; "
+                      f"load {os.getloadavg()[0]:.1f}", flush=True)
                 shutil.rmtree(work / f"{name}{rep}", ignore_errors=True)
         cur = statistics.median(cpu["current"])
         line = f"RESULT fetch_cpu_ms_per_page={cur:.3f}"
