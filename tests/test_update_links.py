@@ -154,3 +154,43 @@ def test_prepared_links_equal_the_former_sql_join_and_filter(fetched_round, max_
     assert rows(graph) == [r for r in rows(canon) if r in kept]
     if max_depth == 1:  # the depth filter took links the URL filters kept
         assert graph.num_rows < pc.sum(canon.column("url_ok")).as_py()
+
+
+def test_merges_take_prepares_tables_in_memory(fetched_round, client):
+    """Update starts each shard's merge with the tables prepare hands over (``PrepareHooks``) instead of
+    after prepare's shard files are written and read back: the tables handed over are the files'
+    rows, and a merge given them (the files removed) writes what a merge reading the files writes,
+    and hands back the ``dup_info`` it writes."""
+    import pyarrow as pa
+
+    base, cfg0, n, _ = fetched_round
+    root = base / "inmemory"
+    shutil.rmtree(root, ignore_errors=True)
+    shutil.copytree(base / "root", root)
+    cfg = load_config(overrides={**cfg0.to_dict(), "root": str(root)}, use_env=False)
+    store = Store(cfg.root, cfg.crawl_id)
+    store.write_json(store.round_dir(n, "health.json"), {"degraded": False})  # what update's health gate writes
+    got: dict = {}
+    hooks = upd.PrepareHooks(link_graph=lambda g: got.setdefault("graph", g),
+                             shard_inputs=lambda i: got.setdefault("inputs", i))
+    fetched_all = upd._read_with_part(store, upd._parts(store, n, "fetched"))
+    _, graph = upd.prepare(cfg, store, n, fetched_all, upd.read_pages(store, n), None, hooks)
+    assert got["graph"] is graph
+    inputs = got["inputs"]
+    assert len(inputs) == cfg.url_shards and sum(t.num_rows for t in inputs[0] + inputs[1]) > 0
+    outputs = [upd.delta_path(store, n, 0), store.seen_file(n, 0, "parquet"), store.seen_file(n, 0, "bloom")]
+
+    def merged(shard: int, tables) -> tuple[dict, list[bytes], pa.Table]:
+        stats = upd.merge_shard(cfg, n, shard, tables)
+        dup = pq.read_table(store.location(upd._shard_rel(store, n, "dupinfo", shard))).sort_by("url_hash")
+        assert stats.pop("dup_info").sort_by("url_hash").equals(dup)
+        return stats, [store.read_bytes(r.replace("shard=00", f"shard={shard:02d}")) for r in outputs], dup
+
+    for s in range(cfg.url_shards):
+        for i, kind in enumerate(("fetch", "new", "sitemap")):
+            file_rows = pq.read_table(store.location(upd._shard_rel(store, n, kind, s)))
+            assert inputs[s][i].sort_by("url_hash").equals(file_rows.sort_by("url_hash")), (s, kind)
+        from_files = merged(s, None)
+        for kind in ("fetch", "new", "sitemap"):
+            store.remove(upd._shard_rel(store, n, kind, s))
+        assert merged(s, inputs[s]) == from_files, s
