@@ -8,6 +8,7 @@ and CPU seconds are far less sensitive to a shared box's load than wall time.
 
     python bench/round_timeline.py --hosts 1000 --pages 20000 --save-fetched /tmp/fetched20k
     python bench/after_fetch_bench.py /tmp/fetched20k [--reps 3] [--profile 30] [--keep /tmp/out-new]
+                                       [--workers 2 [--early-links]]
     python bench/after_fetch_compare.py /tmp/out-old /tmp/out-new   # the outputs of two trees, by DuckDB
 
 Update runs its per-shard merges (and per-partition links) in threads here (no Dask client), as
@@ -35,14 +36,17 @@ from crawl import round as rnd  # noqa: E402
 from crawl.config import load_config  # noqa: E402
 
 
-def replay(saved: Path, profile: int, client: Any = None,
-           keep: Path | None = None) -> dict[str, tuple[float, float, float]]:
+def replay(saved: Path, profile: int, client: Any = None, keep: Path | None = None,
+           early_links: bool = False) -> dict[str, tuple[float, float, float]]:
     """{step: (wall s, CPU s, main-thread CPU s)} of update, reprioritise, publish, report and the next
     round's generate (the driver's work between two rounds of ``crawl run``) on a fresh copy of ``saved``; ``keep``: where the crawl root is left afterwards (to compare two trees' outputs).
 
     The main thread's CPU is the step's serial driver work: what a side thread or a worker does in
     parallel is in the process's CPU (or the workers') but not in it, so on a loaded box, where walls
-    swing, it tells whether work left the step's critical path."""
+    swing, it tells whether work left the step's critical path.
+
+    ``early_links`` (with a client): the link parts are started and finished before update, as
+    ``crawl.update.EarlyLinks`` has them in a round (during the fetch), so update's wall is a round's."""
     work = Path(tempfile.mkdtemp(prefix="after-fetch-"))
     try:
         shutil.copytree(saved / "root", work / "root", ignore=shutil.ignore_patterns("lease"))  # the bench's, expired
@@ -53,7 +57,17 @@ def replay(saved: Path, profile: int, client: Any = None,
         n, now = gen["round"], datetime.fromisoformat(gen["now"]).astimezone(UTC)
         out = {}
         later = now + timedelta(seconds=cfg.round_duration_s)  # the next round's time, as `crawl run` sets it
-        for name, fn in (("update", lambda: rnd.update(cfg, n, now, client)),
+        early = None
+        if early_links and client is not None:
+            from distributed import wait
+
+            from crawl.update import EarlyLinks
+
+            early = EarlyLinks(client, cfg, n)
+            for part in range(cfg.partitions):
+                early.start(part)
+            wait(list(early.futures.values()))
+        for name, fn in (("update", lambda: rnd.update(cfg, n, now, client, early_links=early)),
                          ("reprioritise", lambda: rnd.reprioritise(cfg, n, now)),
                          ("publish", lambda: rnd.publish(cfg, n)),
                          ("report", lambda: rnd.report(cfg, n)),
@@ -97,6 +111,8 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=0,
                     help="run update's tasks on an embedded Dask cluster of this many workers, as a round does "
                          "(0: threads in this process)")
+    ap.add_argument("--early-links", action="store_true",
+                    help="with --workers: the link parts done before update, as EarlyLinks has them in a round")
     args = ap.parse_args()
     from crawl.warmup import single_threaded_math
 
@@ -118,7 +134,8 @@ def main() -> None:
 
 def run_reps(args: argparse.Namespace, client: Any) -> None:
     for rep in range(args.reps):
-        res = replay(args.saved, args.profile if rep == 0 else 0, client, args.keep if rep == 0 else None)
+        res = replay(args.saved, args.profile if rep == 0 else 0, client, args.keep if rep == 0 else None,
+                     args.early_links)
         print(f"rep {rep + 1}: " + "; ".join(f"{k} {w:.2f} s wall {c:.2f} s CPU {t:.2f} main"
                                              for k, (w, c, t) in res.items())
               + f"; total {sum(v[0] for v in res.values()):.2f} s wall {sum(v[1] for v in res.values()):.2f} s CPU "
