@@ -49,6 +49,17 @@ def response_head(r: Any) -> bytes:
             + b"".join(k + b": " + v + b"\r\n" for k, v in r.raw_headers) + b"\r\n")
 
 
+async def get_and_store(session: Any, port: int, url: str, writer: RecordWriter) -> tuple[int, bytes]:
+    """GET ``url`` from the simulated web on ``port`` (its Host header routes to the virtual host) and
+    hand the answer to ``writer``: (status, body). The fetch step every bare WARC-writing loop shares."""
+    host, _, path = url[len("http://"):].partition("/")
+    async with session.get(f"http://127.0.0.1:{port}/{path}", headers={"Host": host}) as r:
+        body = await r.read()
+        head = response_head(r)
+    writer.put(url.encode(), request_bytes(host, path), head, body)
+    return r.status, body
+
+
 class RecordWriter:
     """A thread writing each :meth:`put` answer to ``path`` as request + response records, in order.
 

@@ -61,7 +61,7 @@ from crawl.store import parquet_options  # noqa: E402
 from crawl.url import host_of, resolve_many, url_hash  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bare_warc import RecordWriter, request_bytes, response_head  # noqa: E402
+from bare_warc import RecordWriter, get_and_store  # noqa: E402
 from timeline import Sampler, StepClock, step_table  # noqa: E402
 
 
@@ -129,18 +129,14 @@ async def same_outputs_loop(port: int, urls: list[str], out_dir: Path, concurren
     async def worker(session: aiohttp.ClientSession, warc: RecordWriter) -> None:
         while queue:
             url = queue.pop()
-            host, _, path = url[len("http://"):].partition("/")
-            async with session.get(f"http://127.0.0.1:{port}/{path}", headers={"Host": host}) as r:
-                body = await r.read()
-                head = response_head(r)
-            warc.put(url.encode(), request_bytes(host, path), head, body)
+            status, body = await get_and_store(session, port, url, warc)
             tree = LexborHTMLParser(body)
             hrefs = [n.attributes.get("href") for n in tree.css("a[href]")]
             page_url.append(url)
             page_text.append(tree.body.text(separator=" ") if tree.body else "")
             link_href.extend(hrefs)
             link_from.extend([url] * len(hrefs))
-            index["http_status"].append(r.status)
+            index["http_status"].append(status)
             index["content_length"].append(len(body))
             if len(page_url) >= batch:
                 flush()

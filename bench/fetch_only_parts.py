@@ -56,7 +56,7 @@ import pyarrow.compute as pc
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bare_warc import RecordWriter, request_bytes, response_head  # noqa: E402
+from bare_warc import RecordWriter, get_and_store  # noqa: E402
 from crawl_bench import bench_config, bench_fetchlist, bench_urls, plain_loop, same_outputs_loop  # noqa: E402
 from timeline import cpu_s  # noqa: E402
 
@@ -110,12 +110,7 @@ async def warc_loop(port: int, urls: list[str], path: Path, concurrency: int = 6
 
     async def worker(session: aiohttp.ClientSession, writer: RecordWriter) -> None:
         while queue_:
-            url = queue_.pop()
-            host, _, path_ = url[len("http://"):].partition("/")
-            async with session.get(f"http://127.0.0.1:{port}/{path_}", headers={"Host": host}) as r:
-                body = await r.read()
-                head = response_head(r)
-            writer.put(url.encode(), request_bytes(host, path_), head, body)
+            await get_and_store(session, port, queue_.pop(), writer)
 
     conn = aiohttp.TCPConnector(limit=concurrency)
     t0 = time.perf_counter()
