@@ -198,18 +198,19 @@ class PrepareHooks:
 
 
 def _start_merges(cfg: CrawlConfig, round_no: int, client: Any,
-                  inputs: list[ShardInputs]) -> Callable[[], list[dict[str, Any]]]:
-    """Start :func:`merge_shard` of every shard with its inputs in memory (Dask tasks with a client, else
-    two threads); the returned function waits for them and gives their stats in shard order.
+                  inputs: list[ShardInputs] | None = None) -> Callable[[], list[dict[str, Any]]]:
+    """Start :func:`merge_shard` of every shard (Dask tasks with a client, else two threads); the
+    returned function waits for them and gives their stats in shard order. ``inputs``: each shard's
+    tables in memory, as prepare hands them over; None: each merge reads prepare's shard files.
 
-    Why: the merges read nothing prepare wrote, so they need not wait for its shard files (Parquet
-    encoding and an fsync each, ~0.1–0.3 s at 20 k pages) nor read them back. The files are still
-    written, by prepare, while the merges run: a rerun of update rewrites both, as before."""
-    shards = list(range(cfg.url_shards))
+    Why in memory: the merges read nothing prepare wrote, so they need not wait for its shard files
+    (Parquet encoding and an fsync each, ~0.1–0.3 s at 20 k pages) nor read them back. The files are
+    still written, by prepare, while the merges run: a rerun of update rewrites both, as before."""
+    args = [(cfg, round_no, s, inputs[s] if inputs is not None else None) for s in range(cfg.url_shards)]
     if client is not None:
         # the inputs travel in each task's arguments, so the scheduler still holds them if a worker is lost
-        futures = [client.submit(merge_shard, cfg, round_no, s, inputs[s], pure=False,
-                                 key=f"update-{cfg.crawl_id}-{round_no}-{s}") for s in shards]
+        futures = [client.submit(merge_shard, *a, pure=False, key=f"update-{cfg.crawl_id}-{round_no}-{a[2]}")
+                   for a in args]
 
         def wait() -> list[dict[str, Any]]:
             from crawl.cluster import wait_all
@@ -219,27 +220,16 @@ def _start_merges(cfg: CrawlConfig, round_no: int, client: Any,
 
         return wait
     pool = ThreadPoolExecutor(max_workers=2)
-    jobs = [pool.submit(merge_shard, cfg, round_no, s, inputs[s]) for s in shards]
+    jobs = [pool.submit(merge_shard, *a) for a in args]
     pool.shutdown(wait=False)
     return lambda: [j.result() for j in jobs]
 
 
 def _merge_shards(cfg: CrawlConfig, round_no: int, client: Any,
                   started: Callable[[], list[dict[str, Any]]] | None = None) -> list[dict[str, Any]]:
-    """:func:`merge_shard` of every shard (Dask tasks with a client, else two threads): their stats.
-    ``started``: the wait of merges :func:`_start_merges` started; else they start here from the files."""
-    if started is not None:
-        return started()
-    shards = list(range(cfg.url_shards))
-    if client is not None:
-        futures = client.map(merge_shard, [cfg] * len(shards), [round_no] * len(shards), shards,
-                             key=[f"update-{cfg.crawl_id}-{round_no}-{s}" for s in shards], pure=False)
-        from crawl.cluster import wait_all
-
-        wait_all(client, futures, cfg, f"round {round_no} update")  # fails naming the scheduler, never hangs
-        return [f.result() for f in futures]
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        return list(pool.map(lambda s: merge_shard(cfg, round_no, s), shards))
+    """The stats of every shard's :func:`merge_shard`, in shard order. ``started``: the wait of merges
+    :func:`_start_merges` started with prepare's tables; else they start here from the files."""
+    return (started or _start_merges(cfg, round_no, client))()
 
 
 def _injects_only_known(cfg: CrawlConfig, store: Store, round_no: int) -> bool:
