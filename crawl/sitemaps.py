@@ -21,7 +21,6 @@ import io
 import zlib
 from datetime import UTC, datetime
 
-import duckdb
 import numpy as np
 import pyarrow as pa
 from lxml import etree
@@ -157,6 +156,11 @@ def sitemap_rows(db: pa.Table, entries: pa.Table, url_hashes: np.ndarray, round_
     with crawl.url); the newest entry per URL wins. Lastmod dates within a few minutes of the
     sitemap's fetch time are kept as they are: :func:`crawl.changerate.trusted_lastmod` judges hosts.
     """
+    # imported here, not at the top: the fetcher imports this module for :func:`parse_sitemap` on its
+    # event loop at a worker's first sitemap, and only update (the driver) merges the rows (~35-140 ms of
+    # import CPU a worker process, session 13's robosite13 in bench/RESULTS.md)
+    import duckdb
+
     con = duckdb.connect()
     e = entries.append_column("url_hash", pa.array(url_hashes, pa.uint64()))
     con.register("e", e)
