@@ -15,7 +15,7 @@ Two phases, both vectorised over Arrow/DuckDB/NumPy:
 4. the results are written per URL-hash shard under ``rounds/N/update/``, and handed in memory to
    the shard merges, which start while those files are written (:class:`PrepareHooks`).
 
-**merge** (one task per URL-hash shard, on Dask or threads): take the rows of CrawlDb N-1 the round
+**merge** (one task per URL-hash shard: Dask tasks on an external cluster, else threads of this process): take the rows of CrawlDb N-1 the round
 touched (saved by generate, ``rounds/N/selected.parquet``), apply the fetch results (status, times,
 counts, change detection — a real change is a SimHash distance beyond the near-dup threshold, so
 per-request noise is not a change; a 304 is "unchanged"), add the new URLs, write them as the
@@ -199,15 +199,23 @@ class PrepareHooks:
 
 def _start_merges(cfg: CrawlConfig, round_no: int, client: Any,
                   inputs: list[ShardInputs] | None = None) -> Callable[[], list[dict[str, Any]]]:
-    """Start :func:`merge_shard` of every shard (Dask tasks with a client, else two threads); the
-    returned function waits for them and gives their stats in shard order. ``inputs``: each shard's
-    tables in memory, as prepare hands them over; None: each merge reads prepare's shard files.
+    """Start :func:`merge_shard` of every shard (Dask tasks with a client of a scheduler at
+    ``dask_address``, else two threads of this process); the returned function waits for them and gives
+    their stats in shard order. ``inputs``: each shard's tables in memory, as prepare hands them over;
+    None: each merge reads prepare's shard files.
 
     Why in memory: the merges read nothing prepare wrote, so they need not wait for its shard files
     (Parquet encoding and an fsync each, ~0.1–0.3 s at 20 k pages) nor read them back. The files are
-    still written, by prepare, while the merges run: a rerun of update rewrites both, as before."""
+    still written, by prepare, while the merges run: a rerun of update rewrites both, as before.
+
+    Why threads with the embedded cluster: its workers share this machine's cores, so a merge there
+    only adds Dask's costs (the tables pickled into the task, the scheduler's round trip, the stats
+    and ``dup_info`` sent back): a round of ``crawl run`` at 2 k pages spent ~0.24 s more worker CPU
+    on its four merges than the same merges took in threads, and update's wall was ~0.25–0.5 s longer
+    (bench/RESULTS.md, "Between rounds (session 13, helper gaps13)"). Workers of an external scheduler
+    are other machines' cores: there the merges stay Dask tasks."""
     args = [(cfg, round_no, s, inputs[s] if inputs is not None else None) for s in range(cfg.url_shards)]
-    if client is not None:
+    if client is not None and cfg.dask_address:
         # the inputs travel in each task's arguments, so the scheduler still holds them if a worker is lost
         futures = [client.submit(merge_shard, *a, pure=False, key=f"update-{cfg.crawl_id}-{round_no}-{a[2]}")
                    for a in args]

@@ -194,3 +194,28 @@ def test_merges_take_prepares_tables_in_memory(fetched_round, client):
         for kind in ("fetch", "new", "sitemap"):
             store.remove(upd._shard_rel(store, n, kind, s))
         assert merged(s, inputs[s]) == from_files, s
+
+
+def test_merges_run_in_this_process_with_the_embedded_cluster(fetched_round, client):
+    """With a client of the embedded cluster (no ``dask_address``: its workers share this machine's cores)
+    the shard merges run in update's own threads, not as Dask tasks; with a scheduler at ``dask_address``
+    they are Dask tasks. Both write the same delta, seen-set and Bloom bytes and the same stats."""
+    from distributed import get_task_stream
+
+    base, cfg0, n, now = fetched_round
+    prefix = f"update-{cfg0.crawl_id}-{n}-"
+    out = {}
+    for name, address in (("embedded", ""), ("external", client.scheduler.address)):
+        root = base / f"merges-{name}"
+        shutil.rmtree(root, ignore_errors=True)
+        shutil.copytree(base / "root", root)
+        cfg = load_config(overrides={**cfg0.to_dict(), "root": str(root), "dask_address": address}, use_env=False)
+        with get_task_stream(client) as ts:
+            stats = upd.update(cfg, n, now, client)
+        merges = {t["key"] for t in ts.data if str(t["key"]).startswith(prefix)}
+        assert merges == (set() if name == "embedded" else {f"{prefix}{s}" for s in range(cfg.url_shards)}), name
+        store = Store(cfg.root, cfg.crawl_id)
+        files = [store.read_bytes(r) for s in range(cfg.url_shards)
+                 for r in (upd.delta_path(store, n, s), store.seen_file(n, s, "parquet"), store.seen_file(n, s, "bloom"))]
+        out[name] = ({k: v for k, v in stats.items() if k != "health"}, files)
+    assert out["embedded"] == out["external"]
