@@ -106,3 +106,31 @@ def test_other_columns_equal_scalar_on_canonical_urls(urls: list[str | None], de
 def test_url_columns_rejects_unknown_fields() -> None:
     with pytest.raises(ValueError, match="unknown fields"):
         url_columns(["http://h/"], ("hostname",))
+
+
+def test_tracking_path_params_take_the_column_path() -> None:
+    """A URL simple but for tracking path parameters (``;jsessionid=...``, as the simulated web's session
+    ids) is canonicalised as a column without them; every other ``;`` keeps the row on the scalar path
+    (a value stopping at a character but / ; or the end, an escape, U+017F folding to "s", a parameter
+    in the authority or the query, one not tracked, a dot segment left), and every answer is the scalar one."""
+    from crawl.url.canon import _DEFAULT_TRACKING, _without_path_params
+
+    cases = {
+        "http://h.test/a;jsessionid=AB12/b.html": "http://h.test/a/b.html",
+        "https://H.test:443/p;SID=x.y/q": "https://H.test:443/p/q",
+        "http://h.test/;phpsessid=~!$&()*+,=:@?q=1;sid=2#f": "http://h.test/?q=1;sid=2#f",
+        "http://h.test/x.;sid=1": "http://h.test/x.",
+        "http://h.test/a;sid=%41/b": None,  # an escape in the value
+        "http://h.test/a;sid=a b/c": None,  # a value ending at a space
+        "http://h.test/a;j\u017fessionid=1": None,  # U+017F: not "s" for the scalar path
+        "http://h.test/a;foo=1;sid=2": None,  # an untracked parameter stays
+        "http://h.test/a;sid=1;sid=2": None,  # the second one starts at the first's kept ";"
+        "http://h.test;sid=1/a": None,  # in the authority
+        "http://h.test/a?x;sid=1": None,  # in the query (and no ";" in the path)
+        "http://h.test/a/..;sid=1/b": None,  # leaves a dot segment
+        "http://h.test/a/b": None,
+    }
+    arr = pa.array(list(cases), pa.string())
+    got = _without_path_params(arr, _DEFAULT_TRACKING)
+    assert got is not None and got.to_pylist() == list(cases.values())
+    assert canonicalize_many(arr).to_pylist() == [canonicalize(u) for u in cases]
