@@ -142,17 +142,14 @@ def test_parse_sitemap_namespaces_gzip_whitespace_and_caps():
 def test_the_fetchers_sitemap_parse_loads_no_duckdb():
     """A worker's first sitemap imports crawl.sitemaps on its fetch loop: DuckDB (only update's
     ``sitemap_rows`` uses it) must not come with it."""
-    import subprocess
-    import sys
+    from pyrun import python_c
 
     code = ("import sys\n"
             "import crawl.fetch, crawl.tasks\n"
             "from crawl.sitemaps import parse_sitemap\n"
             "assert parse_sitemap(b'<urlset><url><loc>http://a.test/x</loc></url></urlset>', '')[0]\n"
             "print('duckdb' in sys.modules)\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stdout.split() == ["False"]
+    assert python_c(code).split() == ["False"]
 
 
 def test_parse_sitemap_refuses_entities_bombs_and_garbage():

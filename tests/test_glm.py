@@ -4,14 +4,12 @@ scikit-learn (its import was ~0.7 s of the driver's CPU in a run's first round).
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import numpy as np
 import pyarrow as pa
 import scipy.sparse as sp
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from pyrun import python_c
 from sklearn.linear_model import PoissonRegressor
 from sklearn.metrics import mean_poisson_deviance as sk_deviance
 from sklearn.utils import murmurhash3_32 as sk_murmur
@@ -77,6 +75,4 @@ def test_a_prior_fit_imports_no_scikit_learn() -> None:
             "p = prior.predict(m, db, events, exposure, np.ones(n))\n"
             "assert m.model is not None and 'holdout_deviance' in m.metrics and p.shape == (n,)\n"
             "print(sorted(k for k in sys.modules if k.split('.')[0] == 'sklearn'))\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stdout.split("\n")[-2] == "[]"
+    assert python_c(code).split("\n")[-2] == "[]"

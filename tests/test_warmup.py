@@ -8,6 +8,8 @@ import subprocess
 import sys
 import time
 
+from pyrun import python_c
+
 from crawl.config import load_config
 
 
@@ -139,9 +141,7 @@ def test_warm_driver_imports_what_update_and_reprioritise_import_first() -> None
             "print(all(m in sys.modules for m in DRIVER_MODULES), _extractor.cache_info().currsize,\n"
             "      _extractor()._extractor is not None,\n"  # the suffix trie is built (at the first lookup)
             "      sorted(k[1] for k in environment().cache) == sorted(REPORT_TEMPLATES))\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stdout.split() == ["True", "1", "True", "True"]
+    assert python_c(code).split() == ["True", "1", "True", "True"]
 
 
 def _forked_from_the_forkserver() -> tuple[bool, int]:
@@ -164,10 +164,9 @@ def test_the_forkserver_preload_imports_with_the_collector_off_then_freezes_and_
             "import crawl.forkserver\n"
             "print(sum(g['collections'] for g in gc.get_stats()) - before, gc.isenabled(), gc.get_freeze_count() > 100_000,\n"
             "      'distributed' in sys.modules and 'crawl.fetch' in sys.modules)\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr[-2000:]
-    collections, *rest = out.stdout.split()
-    assert int(collections) <= 2 and rest == ["True", "True", "True"], out.stdout  # one young collection may
+    stdout = python_c(code)
+    collections, *rest = stdout.split()
+    assert int(collections) <= 2 and rest == ["True", "True", "True"], stdout  # one young collection may
     # come while the crawl package is found, before the module's first line (~330 with the collector on)
 
 
@@ -243,6 +242,4 @@ def test_a_round_that_renders_nothing_leaves_the_render_module_out_of_the_driver
             f"    s = rnd.run_round(cfg, {simweb.seed_urls(4)!r}, client=client)\n"
             "assert s['fetch_parse']['fetched'] > 0, s\n"
             "print('crawl.render' in sys.modules, 'aiohttp' in sys.modules)\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr[-3000:]
-    assert out.stdout.split("\n")[-2] == "False False"
+    assert python_c(code).split("\n")[-2] == "False False"
