@@ -57,10 +57,6 @@ from typing import Any
 
 #: What a fetch or parse task imports on a worker (crawl.tasks imports them lazily, per task).
 TASK_MODULES = ("crawl.tasks", "crawl.fetch", "crawl.parse", "crawl.media", "crawl.warc")
-#: Imported after parse's kernels: update's link parts run on the workers as each partition's fetch ends,
-#: and unpickling the first one imports crawl.update (DuckDB, crawl.seen, crawl.index) on the worker's
-#: event loop, beside the round's WARC drain and checkpoints (bench/RESULTS.md, session 13 end checks).
-LATER_MODULES = ("crawl.update",)
 
 _registered = False
 
@@ -187,8 +183,6 @@ def import_task_modules() -> None:
     from crawl.parse import warm_up
 
     warm_up()
-    for name in LATER_MODULES:
-        importlib.import_module(name)
 
 
 def import_driver_modules() -> None:

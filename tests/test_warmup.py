@@ -15,23 +15,22 @@ from crawl.config import load_config
 
 def test_embedded_workers_import_the_task_modules_before_any_task() -> None:
     from crawl.cluster import dask_client
-    from crawl.warmup import LATER_MODULES, TASK_MODULES
+    from crawl.warmup import TASK_MODULES
 
-    wanted = TASK_MODULES + LATER_MODULES  # crawl.update: update's link parts, unpickled on the event loop
     cfg = load_config(overrides={"dask_workers": 1, "dask_dashboard": False}, use_env=False)
     with dask_client(cfg) as client:
-        # client.run, not a task: nothing but the worker's preload imports crawl.fetch, crawl.parse or crawl.update
+        # client.run, not a task: nothing but the worker's preload imports crawl.fetch or crawl.parse
         def loaded() -> list[str]:
-            return [m for m in wanted if m in sys.modules]
+            return [m for m in TASK_MODULES if m in sys.modules]
 
         deadline = time.monotonic() + 120  # a bound against hanging, not a performance limit
         seen: list[str] = []
         while time.monotonic() < deadline:
             seen = next(iter(client.run(loaded).values()))
-            if len(seen) == len(wanted):
+            if len(seen) == len(TASK_MODULES):
                 break
             time.sleep(0.2)
-        assert seen == list(wanted)
+        assert seen == list(TASK_MODULES)
         # and parse's compiled kernels are loaded (crawl.parse.warm_up) before any task
         while time.monotonic() < deadline and not next(iter(client.run(_kernel_signatures).values())):
             time.sleep(0.2)
