@@ -211,8 +211,9 @@ def _start_merges(cfg: CrawlConfig, round_no: int, client: Any,
     Why threads with the embedded cluster: its workers share this machine's cores, so a merge there
     only adds Dask's costs (the tables pickled into the task, the scheduler's round trip, the stats
     and ``dup_info`` sent back): a round of ``crawl run`` at 2 k pages spent ~0.24 s more worker CPU
-    on its four merges than the same merges took in threads, and update's wall was ~0.25–0.5 s longer
-    (bench/RESULTS.md, "Between rounds (session 13, helper gaps13)"). Workers of an external scheduler
+    on its four merges than the same merges took in threads, and update's wall was 0.05–0.25 s a round
+    longer in whole runs (0.5 s in a replay on a loaded box; bench/RESULTS.md, "Between rounds (session 13,
+    helper gaps13)"). Workers of an external scheduler
     are other machines' cores: there the merges stay Dask tasks."""
     args = [(cfg, round_no, s, inputs[s] if inputs is not None else None) for s in range(cfg.url_shards)]
     if client is not None and cfg.dask_address:

@@ -9,6 +9,7 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from pyrun import python_c
 
 from crawl import changerate as cr
 from crawl import crawldb, prior
@@ -142,8 +143,6 @@ def test_parse_sitemap_namespaces_gzip_whitespace_and_caps():
 def test_the_fetchers_sitemap_parse_loads_no_duckdb():
     """A worker's first sitemap imports crawl.sitemaps on its fetch loop: DuckDB (only update's
     ``sitemap_rows`` uses it) must not come with it."""
-    from pyrun import python_c
-
     code = ("import sys\n"
             "import crawl.fetch, crawl.tasks\n"
             "from crawl.sitemaps import parse_sitemap\n"
