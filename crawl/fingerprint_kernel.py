@@ -1,7 +1,7 @@
 """The compiled passes behind :func:`crawl.fingerprint.fingerprints_many` (lowercase, SimHash and the
 text digest's bytes in one loop over each text) and :func:`crawl.fingerprint.collapse_many` (parse's
 text column), with numba; also the batch parse's charset passes (:func:`utf8_valid`,
-:func:`single_byte_to_utf8`: what Lexbor is given, see ``crawl.parse._lexbor_input``).
+:func:`single_byte_to_utf8`: what Lexbor is given, see ``crawl.sniff._lexbor_input``).
 
 Why compiled loops: the NumPy chain (lower + encode in Python, word edges, polynomial prefix sums,
 shingle mixing, unpacked bit counts, a NumPy whitespace collapse) made ~a dozen full-size temporaries
@@ -371,7 +371,7 @@ def utf8_valid(b, w):  # type: ignore[no-untyped-def]
     ``w``: the same bytes as uint64 words (the whole ones), for an 8-bytes-at-a-time ASCII skip.
 
     Why: parse hands a page's bytes to Lexbor as they are when they are valid UTF-8 (see
-    ``crawl.parse._lexbor_input``); the strict decode that said so built a ``str`` of the whole page
+    ``crawl.sniff._lexbor_input``); the strict decode that said so built a ``str`` of the whole page
     only to drop it (~6.6 us of ~20 KB; this ~3.5 us)."""
     n = b.size
     i = 0

@@ -723,7 +723,7 @@ def test_lexbor_gets_the_bytes_the_decoded_text_would_give(pieces: list[bytes], 
     what parse_html did before), for valid, invalid and BOM-led UTF-8, NULs and other charsets."""
     from selectolax.lexbor import LexborHTMLParser
 
-    from crawl.parse import _detect_charset, _lexbor_input
+    from crawl.sniff import _detect_charset, _lexbor_input
 
     payload = (b"\xef\xbb\xbf" if bom else b"") + b"".join(pieces)
     codec, skip, valid = _detect_charset(payload, content_type)
@@ -758,7 +758,7 @@ def test_compiled_utf8_check_is_the_strict_decode(data: bytes) -> None:
     """The batch parse's UTF-8 check says valid exactly when Python's strict decode succeeds: overlong
     forms, surrogates, code points past U+10FFFF, truncated and stray bytes, at any offset from the
     8-byte words it skips ASCII by."""
-    from crawl.parse import _utf8_valid
+    from crawl.sniff import _utf8_valid
 
     try:
         data.decode("utf-8")
@@ -774,7 +774,7 @@ def test_compiled_utf8_check_is_the_strict_decode(data: bytes) -> None:
 def test_compiled_cp1252_is_the_codec(data: bytes) -> None:
     """windows-1252 to UTF-8 in one pass is Python's ``cp1252`` decode (undefined bytes as U+FFFD)
     then the UTF-8 encode selectolax made of the ``str``; every byte value once."""
-    from crawl.parse import _cp1252_utf8
+    from crawl.sniff import _cp1252_utf8
 
     for pad in range(9):  # at every position relative to the ASCII words it copies at once
         padded = b"x" * pad + data + b"plain ascii words"
