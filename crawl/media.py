@@ -34,7 +34,8 @@ from datetime import datetime
 from typing import Any
 
 from crawl.config import CrawlConfig
-from crawl.parse import ImageInfo, Link, ParsedDoc, _clean_href, parser, register_parser
+from crawl.htmlparse import _clean_href
+from crawl.parse import ImageInfo, Link, ParsedDoc, parser, register_parser
 from crawl.url import resolve_many
 
 log = logging.getLogger(__name__)

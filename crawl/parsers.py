@@ -1,4 +1,9 @@
-"""Loading parser plugins: the ``module:function`` names of the ``parsers`` config key and the installed
+"""The parser contract and parser plugins. A parser takes ``(url, payload, headers)`` and returns a
+:class:`ParsedDoc` (its :class:`Link` list, an :class:`ImageInfo` for images); the built-in HTML parser
+(:mod:`crawl.htmlparse`), the media parsers and plugins all return these, and :mod:`crawl.parse` re-exports
+them for plugins written against it.
+
+Loading parser plugins: the ``module:function`` names of the ``parsers`` config key and the installed
 ``recrawl.parsers`` entry points (:func:`find_parsers`), and the :func:`parser` decorator that declares a
 plugin's MIME types. :mod:`crawl.parse` registers what these load (``install_parsers``) and re-exports them.
 
@@ -18,13 +23,73 @@ import os
 import re
 import stat
 import sys
-from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
 
 from crawl.config import PARSER_SPEC_RE
 
-if TYPE_CHECKING:
-    from crawl.parse import Parser
+# --- what a parser returns ---------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Link:
+    url: str
+    kind: str          # a | area | link | frame | iframe | redirect
+    nofollow: bool
+
+
+@dataclass(frozen=True)
+class ImageInfo:
+    """What an image parser read from a file's header (no pixels are decoded)."""
+
+    format: str                     # Pillow's format name: PNG, JPEG, GIF, WEBP, ...
+    width: int
+    height: int
+    mode: str | None = None         # RGB, L, P, ...
+    exif_datetime: datetime | None = None  # EXIF DateTimeOriginal (else DateTime); naive, EXIF has no zone
+    camera_make: str | None = None
+    camera_model: str | None = None
+
+
+@dataclass
+class ParsedDoc:
+    title: str | None = None
+    text: str = ""
+    links: list[Link] = field(default_factory=list)
+    canonical: str | None = None
+    meta_noindex: bool = False
+    meta_nofollow: bool = False
+    charset: str | None = None
+    mime_detected: str | None = None
+    language: str | None = None
+    # main-content text that fingerprints are computed from (see crawl.htmlparse._content_text; whitespace not
+    # collapsed); "" = same as text
+    content_text: str = ""
+    page_count: int | None = None   # documents with pages (PDF)
+    image: ImageInfo | None = None  # images: one row in the images table
+
+    @property
+    def fingerprint_text(self) -> str:
+        return self.content_text or self.text
+
+
+Parser = Callable[[str, bytes, Mapping[str, str]], ParsedDoc]
+
+
+def _lower_headers(headers: Mapping[str, str] | Iterable[tuple[str, str]]) -> dict[str, str]:
+    """Case-insensitive view; repeated headers are joined with ", " (RFC 9110 list semantics), except
+    ``X-Robots-Tag``, joined with newlines because an ``agent:`` prefix scopes only its own header."""
+    items = headers.items() if isinstance(headers, Mapping) else headers
+    out: dict[str, str] = {}
+    for k, v in items:
+        k = k.lower()
+        sep = "\n" if k == "x-robots-tag" else ", "
+        out[k] = f"{out[k]}{sep}{v}" if k in out else v
+    return out
+
+
+# --- plugins ---------------------------------------------------------------------------------------
 
 ENTRY_POINT_GROUP = "recrawl.parsers"
 _MIME_RE = re.compile(r"^[a-z0-9][a-z0-9!#$&^_.+-]*/[a-z0-9][a-z0-9!#$&^_.+-]*$")

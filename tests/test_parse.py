@@ -585,7 +585,7 @@ def test_partition_links_equal_the_per_href_algorithm_on_simulated_web(tmp_path:
     """parse_partition resolves a whole partition in one batch and de-duplicates with NumPy groups; the
     page and link tables must be what resolving href by href gives, on every simulated-web page (menus
     with repeated links, upper-case hosts, ../ paths, <base href>, nofollow pages, PDFs, images)."""
-    from crawl.parse import _parse_html_deferred
+    from crawl.htmlparse import _parse_html_deferred
     from crawl.simweb import model as M
     from crawl.simweb.render import Renderer
 
@@ -788,7 +788,7 @@ def test_compiled_cp1252_is_the_codec(data: bytes) -> None:
                                  "\u200b"]), max_size=10).map("".join))
 def test_three_words_check_is_str_split(text: str) -> None:
     """The main-content text counts when it has three words as ``str.split()`` sees them."""
-    from crawl.parse import _THREE_WORDS
+    from crawl.htmlparse import _THREE_WORDS
 
     assert (_THREE_WORDS.match(text) is not None) == (len(text.split(None, 3)) >= 3)
 
@@ -899,7 +899,7 @@ def test_the_walk_gives_what_tag_lookups_and_per_tag_queries_gave() -> None:
     elements, template contents, elements without href/src)."""
     from selectolax.lexbor import LexborHTMLParser
 
-    from crawl.parse import (
+    from crawl.htmlparse import (
         _STRIPPED,
         _WALK_CSS,
         _content_text,
