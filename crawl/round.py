@@ -25,12 +25,12 @@ from crawl.config import ConfigError, CrawlConfig
 from crawl.errors import FetchStopped, LeaseLost, PartitionFailed, SeedError, permanent_reason
 from crawl.lease import FETCH_PHASE, Lease, held
 from crawl.progress import steps_of
-from crawl.store import Store
+from crawl.store import Store, part_number
 from crawl.tasks import fetch_parse_task, fetch_task, host_crawl_delays, parse_task, render_task, robots_keys
 from crawl.url import InvalidURL, canonicalize, filter_reason, host_of, parse_url, url_hash
 
 if TYPE_CHECKING:
-    from crawl.update import EarlyLinks
+    from crawl.linkparts import EarlyLinks
 
 SEED_PRIORITY = 1_000.0
 PART_RETRIES = 2  # resubmissions of a partition whose fetch or parse raised a retryable error
@@ -217,7 +217,7 @@ def _fetch_parse(cfg: CrawlConfig, round_no: int, now: datetime | None, progress
     gen = store.read_json(store.round_dir(round_no, "generate.json"))
     if gen is None:
         raise RuntimeError(f"round {round_no}: generate has not run")
-    parts = sorted(int(p.rsplit("part=", 1)[1].split(".")[0]) for p in gen["partitions"])
+    parts = sorted(part_number(p) for p in gen["partitions"])
     _check_parsers(cfg)
     started = time.monotonic()
     results: list[dict[str, Any]] = []
@@ -370,7 +370,7 @@ def _render_parts(cfg: CrawlConfig, round_no: int, parts: list[int]) -> set[int]
 def update(cfg: CrawlConfig, round_no: int, now: datetime | None = None, client: Any = None,
            lease: Lease | None = None, early_links: EarlyLinks | None = None) -> dict[str, Any]:
     """Merge the round into the next CrawlDb version (per URL-hash shard: Dask tasks when a client is given).
-    ``early_links``: link parts started during the fetch (:class:`crawl.update.EarlyLinks`)."""
+    ``early_links``: link parts started during the fetch (:class:`crawl.linkparts.EarlyLinks`)."""
     with held(cfg, lease, phase="update"):
         return _update_step(cfg, round_no, now, client, early_links)
 
@@ -504,10 +504,10 @@ def _run_round(cfg: CrawlConfig, seeds: Sequence[str] | None, now: datetime, pro
     if progress:
         progress(f"round {n}: {gen['urls']} URLs on {gen['hosts']} hosts in {len(gen['partitions'])} partitions")
     steps.start("fetch_parse", total=gen["urls"])
-    # update's link parts start on the workers as partitions are parsed (crawl.update.EarlyLinks)
+    # update's link parts start on the workers as partitions are parsed (crawl.linkparts.EarlyLinks)
     early = None
     if client is not None:
-        from crawl.update import EarlyLinks
+        from crawl.linkparts import EarlyLinks
 
         early = EarlyLinks(client, cfg, n)
     try:

@@ -76,6 +76,12 @@ def parquet_options(table: pa.Table, scratch: bool = False) -> dict[str, Any]:
     return opts
 
 
+
+def part_number(rel: str) -> int:
+    """The partition number in a part file's name (:meth:`Store.part_file`: ``.../part=NNN.ext``)."""
+    return int(rel.rsplit("part=", 1)[1].split(".", 1)[0])
+
+
 @dataclass(frozen=True)
 class Store:
     root: str
@@ -98,6 +104,10 @@ class Store:
 
     def part_file(self, round_no: int, step: str, part: int, ext: str = "parquet") -> str:
         return self.round_dir(round_no, step, f"part={part:03d}.{ext}")
+
+    def part_files(self, round_no: int, step: str) -> list[str]:
+        """The Parquet part files a step of the round has written (:meth:`part_file`), sorted."""
+        return [p for p in self.ls(self.round_dir(round_no, step)) if p.endswith(".parquet")]
 
     def crawldb_dir(self, version: int) -> str:
         return self.state("crawldb", f"v={version:05d}")

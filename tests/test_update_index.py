@@ -18,8 +18,8 @@ import pytest
 
 from crawl import round as rnd
 from crawl.config import load_config
+from crawl.linkparts import EarlyLinks
 from crawl.store import Store
-from crawl.update import EarlyLinks
 
 # the index columns the oracle computes: those the merges feed, and the row identity and order
 _CHECKED = ("warc_filename", "warc_record_offset", "url", "url_hash", "crawl_status", "duplicate_of", "depth",

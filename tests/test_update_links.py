@@ -16,6 +16,7 @@ from datetime import UTC, datetime, timedelta
 import pyarrow.parquet as pq
 import pytest
 
+from crawl import linkparts
 from crawl import round as rnd
 from crawl import update as upd
 from crawl.config import load_config
@@ -57,8 +58,8 @@ def _prepare(fetched_round, name: str, how: str, client) -> tuple[dict, object, 
     shutil.copytree(base / "root", root)
     cfg = load_config(overrides={**cfg0.to_dict(), "root": str(root)}, use_env=False)
     store = Store(cfg.root, cfg.crawl_id)
-    links_of = None if how == "whole" else upd._start_link_parts(cfg, store, n, client if how == "dask" else None)
-    fetched_all = upd._read_with_part(store, upd._parts(store, n, "fetched"))
+    links_of = None if how == "whole" else linkparts._start_link_parts(cfg, store, n, client if how == "dask" else None)
+    fetched_all = upd._read_with_part(store, store.part_files(n, "fetched"))
     pages = upd.read_pages(store, n)
     stats, graph = upd.prepare(cfg, store, n, fetched_all, pages, links_of)
     written = {}
@@ -72,7 +73,7 @@ def _prepare(fetched_round, name: str, how: str, client) -> tuple[dict, object, 
 def test_links_per_partition_equal_the_single_pass(fetched_round, client):
     _, cfg, n, _ = fetched_round
     store = Store(cfg.root, cfg.crawl_id)
-    assert len(upd._parts(store, n, "rawlinks")) >= 2  # several partitions, or there is nothing to compare
+    assert len(store.part_files(n, "rawlinks")) >= 2  # several partitions, or there is nothing to compare
     stats0, graph0, files0 = _prepare(fetched_round, "whole", "whole", client)
     assert graph0.num_rows > 100 and stats0["discovered"] > 0  # links followed and URLs discovered
     for how in ("threads", "dask"):
@@ -95,8 +96,8 @@ def test_link_parts_carry_the_target_hash_and_its_url_filters(fetched_round):
     _, cfg0, n, _ = fetched_round
     cfg = load_config(overrides={**cfg0.to_dict(), "max_path_segments": 1}, use_env=False)  # some filtered
     store = Store(cfg.root, cfg.crawl_id)
-    for rel in upd._parts(store, n, "rawlinks"):
-        t = upd.link_part(cfg, rel)
+    for rel in store.part_files(n, "rawlinks"):
+        t = linkparts.link_part(cfg, rel)
         assert t.num_rows > 0
         to_url = t.column("to_url")
         assert t.column("to_hash").to_numpy().tolist() == url_hashes(to_url).tolist()
@@ -119,9 +120,9 @@ def test_prepared_links_equal_the_former_sql_join_and_filter(fetched_round, max_
     base, cfg0, n, _ = fetched_round
     cfg = load_config(overrides={**cfg0.to_dict(), "max_depth": max_depth}, use_env=False)
     store = Store(cfg.root, cfg.crawl_id)
-    fetches = upd.page_fetches(cfg, upd._read_with_part(store, upd._parts(store, n, "fetched")))
-    canon = pa.concat_tables([upd.link_part(cfg, rel) for rel in upd._parts(store, n, "rawlinks")])
-    links, graph = upd._prepare_links(cfg, fetches, canon)
+    fetches = upd.page_fetches(cfg, upd._read_with_part(store, store.part_files(n, "fetched")))
+    canon = pa.concat_tables([linkparts.link_part(cfg, rel) for rel in store.part_files(n, "rawlinks")])
+    links, graph = linkparts._prepare_links(cfg, fetches, canon)
 
     con = duckdb.connect()
     con.register("lraw", canon.select(["from_hash", "to_url", "kind"]))
@@ -173,7 +174,7 @@ def test_merges_take_prepares_tables_in_memory(fetched_round, client):
     got: dict = {}
     hooks = upd.PrepareHooks(link_graph=lambda g: got.setdefault("graph", g),
                              shard_inputs=lambda i: got.setdefault("inputs", i))
-    fetched_all = upd._read_with_part(store, upd._parts(store, n, "fetched"))
+    fetched_all = upd._read_with_part(store, store.part_files(n, "fetched"))
     _, graph = upd.prepare(cfg, store, n, fetched_all, upd.read_pages(store, n), None, hooks)
     assert got["graph"] is graph
     inputs = got["inputs"]

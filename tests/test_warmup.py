@@ -11,6 +11,7 @@ import time
 from pyrun import python_c
 
 from crawl.config import load_config
+from crawl.store import Store
 
 
 def test_embedded_workers_import_the_task_modules_before_any_task() -> None:
@@ -243,3 +244,30 @@ def test_a_round_that_renders_nothing_leaves_the_render_module_out_of_the_driver
             "assert s['fetch_parse']['fetched'] > 0, s\n"
             "print('crawl.render' in sys.modules, 'aiohttp' in sys.modules)\n")
     assert python_c(code).split("\n")[-2] == "False False"
+
+
+def test_a_rounds_workers_import_neither_update_nor_duckdb(simweb, tmp_path) -> None:
+    """A worker fetches, parses, writes its partition's text files and runs update's link parts: none of
+    that needs DuckDB, ``crawl.update`` or ``crawl.seen`` (crawl.linkparts, crawl.index's lazy DuckDB), whose imports
+    would cost each worker ~0.1 s of CPU in a round (round 1's, at its first parse or link part)."""
+    from datetime import UTC, datetime
+
+    from crawl import round as rnd
+    from crawl.cluster import dask_client
+
+    cfg = load_config(overrides={
+        "root": str(tmp_path / "root"), "crawl_id": "imports", "resolve": [simweb.resolve_rule],
+        "politeness_delay_s": 0.0, "max_pages": 60, "dask_workers": 2, "dask_dashboard": False,
+    }, use_env=False)
+    with dask_client(cfg) as client:
+        rnd.run_round(cfg, simweb.seed_urls(4), datetime.now(UTC).replace(microsecond=0), client=client)
+        loaded = client.run(_heavy_modules_loaded)
+    store = Store(cfg.root, cfg.crawl_id)
+    # the workers did parse (text files) and update's link parts had raw links to canonicalise
+    assert store.part_files(1, "pages") and store.part_files(1, "rawlinks")
+    assert len(loaded) == 2
+    assert all(mods == [] for mods in loaded.values()), loaded
+
+
+def _heavy_modules_loaded() -> list[str]:
+    return [m for m in ("duckdb", "crawl.update", "crawl.seen") if m in sys.modules]
