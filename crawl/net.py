@@ -164,6 +164,11 @@ def is_blocked_ip(ip: str | _IPAddress) -> bool:
 _NUMERIC_LAST_LABEL = re.compile(r"(?:^|\.)(?:[0-9]+|0[xX][0-9a-fA-F]*)\.?$")
 
 
+# the last characters of a host that make it a name without a parse: parse_ip reads a literal only as a
+# dotted quad (ends in a digit) or IPv6 (holds ":"), after stripping a "%zone" (so "%" must be absent)
+_NAME_END = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ.")
+
+
 class NetError(Exception):
     """Base of the fetch-time network refusals raised by this module."""
 
@@ -305,22 +310,28 @@ class GuardedResolver(AbstractResolver):
         # or not, and telling a name from a literal costs a raised ValueError each time
         self._names: set[str] = set()
 
-    def check_literal(self, host: str, port: int | None) -> None:
+    def check_literal(self, host: str, port: int | None) -> _IPAddress | None:
         """Refuse an IP-literal host no rule names (a rule's target may be private; nothing else).
 
+        Returns the literal's address, or None for a name, so a caller that must tell the two apart
+        (the h1 client's connect: resolve a name, connect to a literal) does not parse the host again;
+        with ``allow_private_networks`` nothing is refused but the answer is the same.
         Names are left to :meth:`resolve`; legacy IPv4 spellings are refused there.
         """
-        if self.guard.allow_private_networks or host in self._names:
-            return
+        if host in self._names or (host[-1:] in _NAME_END and ":" not in host and "%" not in host):
+            return None  # a name: no IP literal ends in a letter, nor in "." without ":" (IPv6)
         try:
             addr = parse_ip(host)
         except ValueError:
             self._names.add(host)
-            return  # a name
+            return None  # a name
+        if self.guard.allow_private_networks:
+            return addr
         why = blocked_reason(addr)
         if why is not None and self.map.lookup(host.strip("[]")) is None:
             self.guard.refused += 1
             raise PrivateAddressError(f"refusing {host} port {port} ({why})")
+        return addr
 
     async def resolve(
         self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET

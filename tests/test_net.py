@@ -4,6 +4,8 @@ server on loopback (overrides, refusals judged by what the server saw, DNS error
 from __future__ import annotations
 
 import asyncio
+import ipaddress
+import random
 
 import aiohttp
 import pytest
@@ -20,6 +22,7 @@ from crawl.net import (
     classify_error,
     guarded_connector,
     is_blocked_ip,
+    parse_ip,
 )
 
 # every blocked range, by the reason the guard gives (first and last address where it matters)
@@ -87,6 +90,32 @@ def test_guard_allows_exact_resolve_targets_and_the_config_switch() -> None:
             g.check(ip, port)
     assert g.refused == 4
     AddressGuard(allow_private_networks=True).check("169.254.169.254", 80)
+
+
+def test_check_literal_answers_the_literal_address_or_none_for_a_name() -> None:
+    # the h1 client's connect tells a literal from a name by this answer (no second parse of the host)
+    r = GuardedResolver(["a.test=127.0.0.1:8800"])
+    assert r.check_literal("a.test", 80) is None
+    assert r.check_literal("a.test", 80) is None  # a known name: the set, no parse
+    assert r.check_literal("93.184.216.34", 80) == ipaddress.IPv4Address("93.184.216.34")
+    assert r.check_literal("[2606:4700::1]", 443) == ipaddress.IPv6Address("2606:4700::1")
+    with pytest.raises(PrivateAddressError):
+        r.check_literal("[::1]", 80)
+    free = GuardedResolver(allow_private_networks=True)  # nothing refused, the same answers
+    assert free.check_literal("[::1]", 80) == ipaddress.IPv6Address(1)
+    assert free.check_literal("127.0.0.1", 80) == ipaddress.IPv4Address("127.0.0.1")
+    assert free.check_literal("a.test", 80) is None
+    # names are told without a parse where they end in a letter or "."; the answer is parse_ip's all the same
+    rng = random.Random(7)
+    for _ in range(20_000):
+        host = "".join(rng.choice("0123456789abcdefXYZ.:%[] -") for _ in range(rng.randint(0, 10)))
+        if rng.random() < 0.3:
+            host = ".".join(str(rng.randint(0, 255)) for _ in range(4)) + host[:rng.randint(0, 2)]
+        try:
+            want = parse_ip(host)
+        except ValueError:
+            want = None
+        assert free.check_literal(host, 80) == want, host
 
 
 def test_rule_parsing_and_matching() -> None:

@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import ipaddress
 import re
 import socket
 import ssl
@@ -507,12 +506,11 @@ class H1Client:
     async def _open(self, key: tuple[str, str, int]) -> _Conn:
         scheme, host, port = key
         resolver = self.resolver
-        resolver.check_literal(host, port)
+        literal = resolver.check_literal(host, port)  # refuses a blocked literal; None for a name
         bare = host[1:-1] if host.startswith("[") else host
-        try:
-            ipaddress.ip_address(bare)
-            addrs = [(socket.AF_INET6 if ":" in bare else socket.AF_INET, bare, port)]
-        except ValueError:
+        if literal is not None:
+            addrs = [(socket.AF_INET6 if literal.version == 6 else socket.AF_INET, bare, port)]
+        else:
             addrs = [(a["family"], a["host"], a["port"]) for a in await resolver.resolve(bare, port, family=0)]
         last: BaseException | None = None
         for family, ip, p in addrs:
