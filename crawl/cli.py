@@ -145,8 +145,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     from crawl.prestart import start_for_argv
-    from crawl.warmup import collector_back_on, single_threaded_math, skip_final_gc
+    from crawl.warmup import collector_back_on, no_transparent_hugepages, single_threaded_math, skip_final_gc
 
+    no_transparent_hugepages()  # none in this process (crawl.warmup); the forkserver and workers set their own
     start_for_argv(sys.argv[1:] if argv is None else argv)  # no-op when python -m crawl did it (crawl.prestart)
     skip_final_gc()  # the process's exit need not garbage-collect a heap it is about to return
     single_threaded_math()  # no spinning BLAS/OpenMP threads next to the workers (crawl.warmup)

@@ -51,6 +51,7 @@ import contextlib
 import gc
 import importlib
 import os
+import sys
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -90,6 +91,42 @@ def single_threaded_math() -> None:
     from threadpoolctl import threadpool_limits
 
     threadpool_limits(1)
+
+
+#: ``prctl`` options (linux/prctl.h): the process's "no transparent huge pages" flag.
+_PR_SET_THP_DISABLE, _PR_GET_THP_DISABLE = 41, 42
+
+#: mimalloc's own switch for the huge pages it asks for (pyarrow's default memory pool): when the user sets it,
+#: :func:`no_transparent_hugepages` leaves the process alone.
+MIMALLOC_THP_VAR = "MIMALLOC_ALLOW_THP"
+
+
+def no_transparent_hugepages() -> bool:
+    """No transparent huge pages for this process's memory (``prctl(PR_SET_THP_DISABLE)``: checked at each
+    page fault, so also for regions already advised; inherited by forked and exec'd children), unless the
+    environment sets :data:`MIMALLOC_THP_VAR`. Returns whether the flag is set. Linux only; elsewhere (or
+    when the call fails) a no-op.
+
+    Why: the system runs transparent huge pages only where a library asks (``madvise``), and pyarrow's
+    mimalloc asks for its whole 1 GiB arena. On this box (a VM that hands freed 2 MB blocks back to its host:
+    virtio-balloon free page reporting, order 9) a fresh huge page's fault zeroes 2 MB the host must first
+    supply again: 6-14 ms a fault against ~0.25 ms for a recently used one, and 128 MB touched in 4 KB
+    pages cost 0.05 s where cold huge pages cost 0.2-0.9 s. Which blocks a fault gets is chance, so the cost
+    was erratic: round 1's WARC drains and checkpoints (the writer thread's first Arrow allocations) ran
+    0.2-0.6 s instead of 0.02-0.05 in about a third of runs, and the driver spent 0.4-0.8 s of a 1-round
+    run zeroing huge pages (bench/RESULTS.md, "Round-1 drains (session 14, helper drain14)"). NumPy's own
+    requests were already off in the workers for the same reason (:func:`no_numpy_hugepages`)."""
+    if MIMALLOC_THP_VAR in os.environ or not sys.platform.startswith("linux"):
+        return False
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(_PR_SET_THP_DISABLE, 1, 0, 0, 0) != 0:
+            return False
+        return libc.prctl(_PR_GET_THP_DISABLE, 0, 0, 0, 0) == 1
+    except (OSError, AttributeError):
+        return False
 
 
 def no_numpy_hugepages() -> None:
@@ -176,7 +213,9 @@ def import_task_modules() -> None:
     """Import what a fetch or parse task needs (a task that arrives meanwhile waits on the import lock),
     then load parse's compiled kernels (:func:`crawl.parse.warm_up`: numba's import
     and its on-disk cache, ~1 s of CPU in a fresh process, a few seconds when it must compile). Also
-    turns NumPy's huge-page requests off (:func:`no_numpy_hugepages`)."""
+    turns NumPy's huge-page requests off (:func:`no_numpy_hugepages`) and the process's transparent huge
+    pages (:func:`no_transparent_hugepages`)."""
+    no_transparent_hugepages()
     no_numpy_hugepages()
     for name in TASK_MODULES:
         importlib.import_module(name)

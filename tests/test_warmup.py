@@ -36,8 +36,10 @@ def test_embedded_workers_import_the_task_modules_before_any_task() -> None:
         while time.monotonic() < deadline and not next(iter(client.run(_kernel_signatures).values())):
             time.sleep(0.2)
         assert next(iter(client.run(_kernel_signatures).values())) >= 1
-        # NumPy asks for no transparent huge pages there (crawl.warmup.no_numpy_hugepages)
+        # NumPy asks for no transparent huge pages there (crawl.warmup.no_numpy_hugepages), and the worker
+        # process has none at all (crawl.warmup.no_transparent_hugepages: pyarrow's mimalloc asks for them)
         assert client.run(_numpy_hugepages) == {w: False for w in client.run(_numpy_hugepages)}
+        assert client.run(_thp_enabled) == {w: "0" for w in client.run(_thp_enabled)}
         # the exit hook is in place on the worker: its atexit handlers, run by hand, freeze the heap
         frozen = client.run(_run_exit_handlers_and_count_frozen)
         assert all(n > 0 for n in frozen.values()), frozen
@@ -50,6 +52,12 @@ def _numpy_hugepages() -> bool:
     on = _set_madvise_hugepage(False)
     _set_madvise_hugepage(on)
     return bool(on)
+
+
+def _thp_enabled() -> str:
+    """This process's ``THP_enabled`` (Linux's /proc status: "0" once ``PR_SET_THP_DISABLE`` is set)."""
+    with open("/proc/self/status") as fh:
+        return next(line.split()[1] for line in fh if line.startswith("THP_enabled:"))
 
 
 def _kernel_signatures() -> int:
@@ -127,6 +135,19 @@ def test_the_cli_process_runs_one_math_thread_unless_told_otherwise() -> None:
                           text=True, timeout=120, env={**env, "OMP_NUM_THREADS": "2", "OPENBLAS_NUM_THREADS": "2"})
     assert told.returncode == 0, told.stderr[-2000:]
     assert "[1]" not in told.stdout.split("\n")[-2] or os.cpu_count() == 1  # the user's count stays
+
+
+def test_the_cli_process_has_no_transparent_huge_pages_unless_mimalloc_is_told() -> None:
+    code = ("import sys\n"
+            "from crawl.cli import main\n"
+            "main(['stats', '--root', sys.argv[1]])\n"
+            "print(next(ln.split()[1] for ln in open('/proc/self/status') if ln.startswith('THP_enabled:')))\n")
+    env = {k: v for k, v in os.environ.items() if k != "MIMALLOC_ALLOW_THP"}
+    for told, want in ((None, "0"), ("1", "1")):
+        out = subprocess.run([sys.executable, "-c", code, "/nonexistent-root-for-stats"], capture_output=True, text=True,
+                             timeout=120, env=env if told is None else {**env, "MIMALLOC_ALLOW_THP": told})
+        assert out.returncode == 0, out.stderr[-2000:]
+        assert out.stdout.split("\n")[-2] == want, (told, out.stdout[-500:])
 
 
 def test_warm_driver_imports_what_update_and_reprioritise_import_first() -> None:
