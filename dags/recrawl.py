@@ -144,10 +144,14 @@ def lease_run(context: Any) -> str:
 
 
 def leased_step(step: str, fn: Any, keep: bool = True) -> Any:
-    """Run ``fn(lease)`` under the run's lease (kept for the next step unless ``keep`` is False)."""
+    """Run ``fn(lease)`` under the run's lease (kept for the next step unless ``keep`` is False), in this
+    task's process without transparent huge pages, as ``python -m crawl`` runs its steps
+    (:func:`crawl.warmup.no_transparent_hugepages`: update and reprioritise are Arrow-heavy)."""
     from crawl.errors import LeaseHeld
     from crawl.lease import held
+    from crawl.warmup import no_transparent_hugepages
 
+    no_transparent_hugepages()
     cfg, _, context = _cfg_and_now()
     try:
         with held(cfg, run=lease_run(context), phase=step, keep=keep) as lease:
