@@ -114,9 +114,9 @@ def main() -> None:
     ap.add_argument("--early-links", action="store_true",
                     help="with --workers: the link parts done before update, as EarlyLinks has them in a round")
     args = ap.parse_args()
-    from crawl.warmup import single_threaded_math
+    from driverproc import as_crawl_run_driver
 
-    single_threaded_math()  # as `crawl run` does for its own process
+    as_crawl_run_driver()  # as `crawl run` does for its own process
     import contextlib
 
     with contextlib.ExitStack() as stack:

@@ -83,11 +83,12 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--workers", type=int, default=2)
     args = ap.parse_args()
+    from driverproc import as_crawl_run_driver
+
     from crawl.cluster import dask_client
     from crawl.config import load_config
-    from crawl.warmup import single_threaded_math
 
-    single_threaded_math()
+    as_crawl_run_driver()
     instrument()
     over = json.loads((args.saved / "config.json").read_text())
     cfg = load_config(overrides={**{k: v for k, v in over.items() if v is not None}, "dask_workers": args.workers,

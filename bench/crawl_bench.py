@@ -305,9 +305,9 @@ def main() -> None:
     ap.add_argument("--fetch-only", action="store_true",
                     help="only ceiling A and the fetch-only pass: RESULT fetch_only_vs_ceiling=…")
     args = ap.parse_args()
-    from crawl.warmup import single_threaded_math
+    from driverproc import as_crawl_run_driver
 
-    single_threaded_math()  # this process is the round's driver: one BLAS/OpenMP thread, as `crawl run` has
+    as_crawl_run_driver()  # this process is the round's driver: set up as `crawl run` sets up its own
     load0 = os.getloadavg()[0]
     work = Path(tempfile.mkdtemp(prefix="crawl-bench-"))
     proc, port = launch(args.hosts, args.seed, work / "access.jsonl")

@@ -174,6 +174,9 @@ def main() -> None:
     variants = [v for v in args.variants.split(",") if v]
     if any(v not in VARIANTS for v in variants):
         ap.error(f"variants are {VARIANTS}")
+    from driverproc import as_crawl_run_driver
+
+    as_crawl_run_driver()  # every variant in a process set up as the crawl's own (workers: no huge pages)
     load0 = os.getloadavg()[0]
     work = Path(tempfile.mkdtemp(prefix="fetch-only-parts-"))
     proc, port = launch(args.hosts, args.seed, work / "access.jsonl")

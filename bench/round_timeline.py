@@ -199,9 +199,9 @@ def main() -> None:
     ap.add_argument("--profile", type=int, default=0, metavar="TOP",
                     help="cProfile the driver-side steps (generate, update, reprioritise, publish); top N rows")
     args = ap.parse_args()
-    from crawl.warmup import single_threaded_math
+    from driverproc import as_crawl_run_driver
 
-    single_threaded_math()  # this process is the round's driver: one BLAS/OpenMP thread, as `crawl run` has
+    as_crawl_run_driver()  # this process is the round's driver: set up as `crawl run` sets up its own
     work = Path(tempfile.mkdtemp(prefix="round-timeline-"))
     proc, port = launch(args.hosts, args.seed, work / "access.jsonl")
     try:
