@@ -36,7 +36,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
-from run_bench import run_once  # noqa: E402
+from run_bench import add_run_arguments, run_once  # noqa: E402
 
 from crawl.simweb.model import SimParams, build  # noqa: E402
 
@@ -87,12 +87,7 @@ class TreeMemory:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--hosts", type=int, default=200)
-    ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--max-pages", type=int, default=2000)
-    ap.add_argument("--per-host", type=int, default=100)
-    ap.add_argument("--reps", type=int, default=3)
+    add_run_arguments(ap)
     ap.add_argument("--setting", action="append", default=[],
                     help="crawl run arguments of one setting (repeatable; \"\" = the defaults)")
     ap.add_argument("--warm", action="store_true", help="as run_bench.py --warm")

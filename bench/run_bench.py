@@ -114,14 +114,20 @@ def run_once(tree: Path, seeds: list[str], hosts: int, seed: int, rounds: int, m
             if lines else None}
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
+def add_run_arguments(ap: argparse.ArgumentParser) -> None:
+    """The crawl every run of :func:`run_once` makes (the simulated web, rounds, budget) and the reps; shared
+    with bench/procs_bench.py."""
     ap.add_argument("--hosts", type=int, default=200)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--max-pages", type=int, default=2000)
     ap.add_argument("--per-host", type=int, default=100)
     ap.add_argument("--reps", type=int, default=3)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    add_run_arguments(ap)
     ap.add_argument("--baseline-rev", default="", help="also run crawl/ of this git revision, alternated")
     ap.add_argument("--extra", default="", help="extra crawl run arguments (space separated), both sides")
     ap.add_argument("--current-extra", default="", help="extra crawl run arguments of the current side only "
