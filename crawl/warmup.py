@@ -262,6 +262,9 @@ def _warm_after(after: Callable[[], object] | None) -> None:
 
 
 def dask_setup(worker: Any = None) -> None:
-    """Dask's preload hook, for the embedded cluster's workers (:func:`crawl.cluster.dask_client`)."""
+    """Dask's preload hook, for the embedded cluster's workers (:func:`crawl.cluster.dask_client`) and
+    docker-compose's ``dask worker --preload crawl.warmup``. Huge pages go off here, before the worker
+    takes any task, not only in the warm-up thread."""
     skip_final_gc()
+    no_transparent_hugepages()
     threading.Thread(target=import_task_modules, name="crawl-warmup", daemon=True).start()

@@ -203,6 +203,7 @@ def test_crawl_root_on_minio_and_dask_address_on_scheduler(services: dict) -> No
     for worker in DASK_WORKERS:
         cmd = _command(services[worker])
         assert cmd[:3] == ["dask", "worker", f"tcp://dask-scheduler:{sched_port}"], worker
+        assert cmd[cmd.index("--preload") + 1] == "crawl.warmup", f"{worker}: the embedded workers' preload"
     assert len({_command(services[w])[-1] for w in DASK_WORKERS}) == len(DASK_WORKERS), "worker names unique"
 
 

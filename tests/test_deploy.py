@@ -238,7 +238,12 @@ def test_deployment_crawls_to_s3_and_survives_a_killed_worker(deployment, simweb
 
     with Client(deployment.plan.dask_address, timeout="30s") as c:
         names = sorted(w["name"] for w in c.scheduler_info()["workers"].values())
+        # each worker's THP_enabled in /proc/self/status (a lambda: pickled by value, the workers cannot
+        # import this test module)
+        thp = c.run(lambda: next(ln.split()[1] for ln in open("/proc/self/status") if ln.startswith("THP_enabled:")))
     assert names == ["dask-worker-1", "dask-worker-2"]
+    # the compose workers preload crawl.warmup: no transparent huge pages there, as in the embedded ones
+    assert sorted(thp.values()) == ["0", "0"], thp
 
     _, round1_s = _run_round(api, simweb, max_pages=40)
 
