@@ -29,6 +29,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
 from crawldb_view import crawldb_relation  # noqa: E402
 from deploy_local import Deployment  # noqa: E402
+from hugepages import allow_hugepages  # noqa: E402
 
 pytestmark = [pytest.mark.e2e, pytest.mark.deploy, pytest.mark.timeout(900)]
 
@@ -85,6 +86,7 @@ class Api:
 @pytest.fixture(scope="module")
 def deployment(simweb):
     started = time.monotonic()
+    allow_hugepages()  # the deployment's processes inherit this process's flag (tests/hugepages.py)
     dep = Deployment(extra_env={
         # test-only settings, on top of the compose plan
         "CRAWL_RESOLVE": simweb.resolve_rule,       # *.sim.test -> the simulated web on loopback

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 
+from hugepages import ALLOW_CODE, THP_ENABLED_EXPR
 from pyrun import python_c
 
 from crawl.config import load_config
@@ -36,10 +37,8 @@ def test_embedded_workers_import_the_task_modules_before_any_task() -> None:
         while time.monotonic() < deadline and not next(iter(client.run(_kernel_signatures).values())):
             time.sleep(0.2)
         assert next(iter(client.run(_kernel_signatures).values())) >= 1
-        # NumPy asks for no transparent huge pages there (crawl.warmup.no_numpy_hugepages), and the worker
-        # process has none at all (crawl.warmup.no_transparent_hugepages: pyarrow's mimalloc asks for them)
+        # NumPy asks for no transparent huge pages there (crawl.warmup.no_numpy_hugepages)
         assert client.run(_numpy_hugepages) == {w: False for w in client.run(_numpy_hugepages)}
-        assert client.run(_thp_enabled) == {w: "0" for w in client.run(_thp_enabled)}
         # the exit hook is in place on the worker: its atexit handlers, run by hand, freeze the heap
         frozen = client.run(_run_exit_handlers_and_count_frozen)
         assert all(n > 0 for n in frozen.values()), frozen
@@ -54,10 +53,19 @@ def _numpy_hugepages() -> bool:
     return bool(on)
 
 
-def _thp_enabled() -> str:
-    """This process's ``THP_enabled`` (Linux's /proc status: "0" once ``PR_SET_THP_DISABLE`` is set)."""
-    with open("/proc/self/status") as fh:
-        return next(line.split()[1] for line in fh if line.startswith("THP_enabled:"))
+def test_embedded_workers_have_no_transparent_huge_pages(monkeypatch) -> None:
+    """crawl.warmup.no_transparent_hugepages in the workers (pyarrow's mimalloc asks for huge pages). In a
+    fresh interpreter that allows them, so the workers (forked from its forkserver) can only have the flag
+    from our code (tests/hugepages.py says why)."""
+    code = (ALLOW_CODE
+            + "from crawl.cluster import dask_client\n"
+            "from crawl.config import load_config\n"
+            "cfg = load_config(overrides={'dask_workers': 1, 'dask_dashboard': False}, use_env=False)\n"
+            f"print({THP_ENABLED_EXPR})\n"
+            "with dask_client(cfg) as client:\n"
+            f"    print(*client.run(lambda: {THP_ENABLED_EXPR}).values())\n")
+    monkeypatch.delenv("MIMALLOC_ALLOW_THP", raising=False)  # the user's opt-out (the CLI test covers it)
+    assert python_c(code).split()[-2:] == ["1", "0"]
 
 
 def _kernel_signatures() -> int:
@@ -138,10 +146,11 @@ def test_the_cli_process_runs_one_math_thread_unless_told_otherwise() -> None:
 
 
 def test_the_cli_process_has_no_transparent_huge_pages_unless_mimalloc_is_told() -> None:
-    code = ("import sys\n"
+    code = (ALLOW_CODE  # as if started from a process with huge pages (tests/hugepages.py)
+            + "import sys\n"
             "from crawl.cli import main\n"
             "main(['stats', '--root', sys.argv[1]])\n"
-            "print(next(ln.split()[1] for ln in open('/proc/self/status') if ln.startswith('THP_enabled:')))\n")
+            f"print({THP_ENABLED_EXPR})\n")
     env = {k: v for k, v in os.environ.items() if k != "MIMALLOC_ALLOW_THP"}
     for told, want in ((None, "0"), ("1", "1")):
         out = subprocess.run([sys.executable, "-c", code, "/nonexistent-root-for-stats"], capture_output=True, text=True,
