@@ -76,7 +76,6 @@ def parquet_options(table: pa.Table, scratch: bool = False) -> dict[str, Any]:
     return opts
 
 
-
 def part_number(rel: str) -> int:
     """The partition number in a part file's name (:meth:`Store.part_file`: ``.../part=NNN.ext``)."""
     return int(rel.rsplit("part=", 1)[1].split(".", 1)[0])

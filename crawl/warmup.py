@@ -30,7 +30,8 @@ crawling (``bench/RESULTS.md``, "Fixed costs of a whole run"):
   every process that runs tasks (ordinary 4 KB pages; ``NUMPY_MADVISE_HUGEPAGE`` set by the user wins);
   pyarrow's allocator (mimalloc) asks the same for its whole arena, and the fresh huge pages' faults made
   round 1's WARC drains and the driver's steps erratically slow: since session 14 the CLI process, the
-  forkserver and the workers have no transparent huge pages at all (:func:`no_transparent_hugepages`);
+  forkserver and the workers (embedded, or compose's with ``--preload crawl.warmup``) and the DAG's steps
+  have no transparent huge pages at all (:func:`no_transparent_hugepages`);
 
 - the driver imported SciPy, scikit-learn, tldextract and pyarrow.dataset inside the first round's update and
   reprioritise, where nothing else runs; :func:`warm_driver` imports them while the workers fetch. Since
