@@ -83,8 +83,22 @@ def build_config(args: argparse.Namespace) -> CrawlConfig:
 def _now(value: str | None) -> datetime:
     if not value:
         return datetime.now(UTC)
-    dt = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    try:
+        dt = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        raise ConfigError(f"--now: not an ISO 8601 time (e.g. 2026-12-03T15:00:00Z): {value!r}") from None
     return dt if dt.tzinfo else dt.replace(tzinfo=UTC)
+
+
+def _rounds(value: str) -> int:
+    """``--rounds``: a count, so never negative (argparse then exits with status 2 before anything runs)."""
+    try:
+        n = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {value!r}") from None
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {n}")
+    return n
 
 
 def _progress(msg: str) -> None:
@@ -110,7 +124,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("run", help="run N rounds")
     _common(p)
     p.add_argument("--seeds", nargs="*", help=SEEDS_HELP)
-    p.add_argument("--rounds", type=int, default=1)
+    p.add_argument("--rounds", type=_rounds, default=1, help="rounds to run (default: 1)")
     p.add_argument("--now", help="time of the first round (ISO 8601; default: now)")
     p.add_argument("--strict", action="store_true",
                    help="exit with status 5 when a round is degraded (crawl.health: hosts unreachable, few answers)")

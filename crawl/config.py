@@ -485,7 +485,10 @@ def load_config(
     known = {f.name for f in fields(CrawlConfig)}
     values: dict[str, Any] = {}
     if path is not None:
-        text = Path(path).read_text(encoding="utf-8")
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"config file {path}: cannot be read: {exc}") from None
         try:
             data = yaml.safe_load(text) or {}
         except yaml.YAMLError as exc:
