@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from datetime import UTC, datetime
 from typing import Any
@@ -31,6 +32,7 @@ from crawl.errors import ClusterError, LeaseHeld, LeaseLost, PartitionFailed, Se
 EXIT_LEASE = 3
 EXIT_CLUSTER = 4
 EXIT_DEGRADED = 5
+EXIT_PIPE = 141  # 128 + SIGPIPE: what a shell reports for a command killed by a closed pipe
 
 STEPS = ("inject", "generate", "fetch_parse", "update", "reprioritise", "publish")
 
@@ -181,6 +183,9 @@ def main(argv: list[str] | None = None) -> int:
     except PartitionFailed as exc:  # e.g. disk full: the message says whether it was retried
         print(f"error: {exc}", file=sys.stderr)
         return 1
+    except BrokenPipeError:  # the reader left early (`crawl query ... | head`): no traceback, as for cat
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the exit's flush has nowhere to fail
+        return EXIT_PIPE
     finally:
         collector_back_on()  # when the command ended before _dispatch did it (python -m crawl turned it off)
 
@@ -239,11 +244,16 @@ def _command(args: argparse.Namespace, cfg: CrawlConfig) -> int:
     elif args.cmd == "report":
         return _report(cfg, args)
     elif args.cmd == "stats":
-        print(json.dumps(api.crawl_summary(cfg.root, cfg.crawl_id), indent=2, default=str))
+        summary = api.crawl_summary(cfg.root, cfg.crawl_id)
+        if summary is None:  # JSON null on stdout, as the API's None; a typo in --root or --crawl-id said so
+            print(f"note: no crawl {cfg.crawl_id!r} under {cfg.root}", file=sys.stderr)
+        print(json.dumps(summary, indent=2, default=str))
     elif args.cmd == "query":
+        import duckdb
+
         try:
             table = query.run(cfg.root, cfg.crawl_id, args.sql)
-        except ValueError as exc:
+        except (ValueError, duckdb.Error) as exc:  # an unknown name, or SQL DuckDB refuses
             print(f"error: {exc}", file=sys.stderr)
             return 2
         print(json.dumps(table.to_pylist(), default=str) if args.json else query.format_table(table))

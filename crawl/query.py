@@ -19,9 +19,21 @@ import duckdb
 import pyarrow as pa
 
 from crawl import crawldb
+from crawl.index import IMAGES_SCHEMA, INDEX_SCHEMA, LINKS_SCHEMA, TEXT_SCHEMA
 from crawl.store import Store
 
 SQL_DIR = Path(__file__).resolve().parent.parent / "include" / "sql"
+
+# Each view's columns when it has no file yet (a new crawl, a root without it, a crawl with no image):
+# the named queries and the README's examples then return no rows instead of failing on a missing column.
+# ``pages`` also has the hive partition columns of the index's paths.
+EMPTY_VIEWS = {
+    "pages": INDEX_SCHEMA.append(pa.field("crawl", pa.string())).append(pa.field("subset", pa.string())),
+    "crawldb": crawldb.CRAWLDB_SCHEMA,
+    "links": LINKS_SCHEMA,
+    "text": TEXT_SCHEMA,
+    "images": IMAGES_SCHEMA,
+}
 
 
 def named_queries() -> dict[str, str]:
@@ -46,7 +58,8 @@ def connect(root: str, crawl_id: str) -> duckdb.DuckDBPyConnection:
             src = f"read_parquet('{prefix}/{pattern}', union_by_name = true{opts})"
             con.execute(f"CREATE OR REPLACE VIEW {name} AS SELECT * FROM {src} {where}")
         else:
-            con.execute(f"CREATE OR REPLACE VIEW {name} AS SELECT * FROM (SELECT NULL AS url) WHERE false")
+            con.register(f"_empty_{name}", EMPTY_VIEWS[name].empty_table())
+            con.execute(f"CREATE OR REPLACE VIEW {name} AS SELECT * FROM _empty_{name}")
 
     cid = crawl_id.replace("'", "")
     view("pages", f"index/crawl={cid}/*/*.parquet", f"index/crawl={cid}", f"WHERE round <= {current}", hive=True)

@@ -1,14 +1,18 @@
 """What an operator's mistakes on the command line get back: ``python -m crawl`` as a real process on real
 roots. Bad input exits with status 2 and one line naming what was wrong (README, *Crawl from the command
-line*: "2 bad input"), never a traceback, and writes nothing."""
+line*: "2 bad input"), never a traceback, and writes nothing; the read-side commands answer on a crawl
+that has not published a round yet; a pipe closed early ends the command quietly."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from crawl import query
 
 CRAWL = [sys.executable, "-m", "crawl"]
 
@@ -28,3 +32,40 @@ def test_bad_input_exits_2_names_it_and_writes_nothing(tmp_path: Path, argv: lis
     assert out.returncode == 2, (out.returncode, out.stderr[-2000:])
     assert says.replace("{tmp}", str(tmp_path)) in out.stderr and "Traceback" not in out.stderr, out.stderr[-2000:]
     assert not root.exists()  # no lease taken, no round started, nothing injected
+
+
+def test_queries_answer_before_the_first_round_and_bad_sql_is_bad_input(tmp_path: Path) -> None:
+    """After ``crawl inject`` (state written, no round published) every named query and the README's
+    queries over each view return no rows instead of failing on a missing column."""
+    root = str(tmp_path / "root")
+    assert _crawl("inject", "--root", root, "--seeds", "http://a.example/").returncode == 0
+    for name in query.named_queries():
+        assert query.run(root, "demo", name).num_rows == 0, name
+    for sql in ("SELECT url_host_name, count(*) FROM pages WHERE subset = 'warc' AND crawl_status = 'fetched' "
+                "GROUP BY 1",
+                "SELECT url, status, next_fetch_time, priority, change_rate, importance FROM crawldb",
+                "SELECT format, count(*), avg(width), count(camera_model) FROM images GROUP BY 1",
+                "SELECT url, page_count, title FROM text WHERE page_count IS NOT NULL",
+                "SELECT from_hash, to_url, kind FROM links"):
+        assert query.run(root, "demo", sql).num_rows == 0, sql
+    out = _crawl("query", "--root", root, "summary")
+    assert out.returncode == 0 and out.stdout.startswith("round"), out.stderr[-2000:]
+    bad = _crawl("query", "--root", root, "SELECT no_such_column FROM pages")
+    assert bad.returncode == 2 and bad.stderr.startswith("error: Binder Error") and "Traceback" not in bad.stderr
+
+
+def test_stats_of_no_crawl_says_so_on_stderr(tmp_path: Path) -> None:
+    out = _crawl("stats", "--root", str(tmp_path / "typo"))
+    assert out.returncode == 0 and json.loads(out.stdout) is None
+    assert f"no crawl 'demo' under {tmp_path / 'typo'}" in out.stderr
+    assert not (tmp_path / "typo").exists()
+
+
+def test_a_reader_that_leaves_early_ends_the_command_without_a_traceback(tmp_path: Path) -> None:
+    proc = subprocess.Popen([*CRAWL, "query", "--json", "--root", str(tmp_path), "SELECT range AS n FROM range(200000)"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout is not None and proc.stdout.read(100)  # more than a pipe's buffer is still to come
+    proc.stdout.close()  # as `| head -c 100` does
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 141, err.decode()[-2000:]
+    assert b"Traceback" not in err and b"BrokenPipe" not in err, err.decode()[-2000:]
