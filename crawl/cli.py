@@ -27,7 +27,7 @@ from crawl.config import (
     describe,
     load_config,
 )
-from crawl.errors import ClusterError, LeaseHeld, LeaseLost, PartitionFailed, SeedError
+from crawl.errors import ClusterError, LeaseHeld, LeaseLost, PartitionFailed, SeedError, StepOrder
 
 EXIT_LEASE = 3
 EXIT_CLUSTER = 4
@@ -171,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
         cfg = build_config(args)
         return _dispatch(args, cfg)
-    except (ConfigError, SeedError) as exc:
+    except (ConfigError, SeedError, StepOrder) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except (LeaseHeld, LeaseLost) as exc:
@@ -307,6 +307,12 @@ def _step(cfg: CrawlConfig, args: argparse.Namespace) -> dict[str, Any]:
         rnd.validate_seeds(args.seeds or [], cfg)
     elif args.name != "generate" and args.round is None:
         raise ConfigError(f"step {args.name}: --round is required")
+    if args.name not in ("inject", "generate"):
+        from crawl.store import Store
+
+        store = Store(cfg.root, cfg.crawl_id)
+        if not store.ls(store.state()):  # a typo in --root or --crawl-id: no lease file in a new folder
+            raise ConfigError(f"step {args.name}: no crawl {cfg.crawl_id!r} under {cfg.root}")
     # a step of a run keeps the lease for the run's next step; publish (or a step without a run) ends it
     keep = bool(args.run_id) and args.name != "publish"
     phase = FETCH_PHASE if args.name == "fetch_parse" else args.name

@@ -32,6 +32,11 @@ class ClusterError(RuntimeError):
     """The Dask cluster cannot run the round (unreachable scheduler, no workers); names the address."""
 
 
+class StepOrder(RuntimeError):
+    """A step asked for out of order (its round not generated, already or not yet published): bad input
+    for ``crawl step`` (CLI exit code 2), raised before the step writes anything."""
+
+
 class PartitionFailed(RuntimeError):
     """A partition's fetch or parse failed for good (not retryable, or out of retries)."""
 

@@ -22,7 +22,7 @@ import pyarrow.compute as pc
 
 from crawl import crawldb, frontier, schedule, seen
 from crawl.config import ConfigError, CrawlConfig
-from crawl.errors import FetchStopped, LeaseLost, PartitionFailed, SeedError, permanent_reason
+from crawl.errors import FetchStopped, LeaseLost, PartitionFailed, SeedError, StepOrder, permanent_reason
 from crawl.lease import FETCH_PHASE, Lease, held
 from crawl.progress import steps_of
 from crawl.store import Store, part_number
@@ -216,7 +216,7 @@ def _fetch_parse(cfg: CrawlConfig, round_no: int, now: datetime | None, progress
     store = _store(cfg)
     gen = store.read_json(store.round_dir(round_no, "generate.json"))
     if gen is None:
-        raise RuntimeError(f"round {round_no}: generate has not run")
+        raise StepOrder(f"round {round_no}: generate has not run")
     parts = sorted(part_number(p) for p in gen["partitions"])
     _check_parsers(cfg)
     started = time.monotonic()
@@ -381,7 +381,7 @@ def _update_step(cfg: CrawlConfig, round_no: int, now: datetime | None, client: 
 
     store = _store(cfg)
     if store.current_round() >= round_no:
-        raise RuntimeError(f"round {round_no} is already published")
+        raise StepOrder(f"round {round_no} is already published")
     stats = _update(cfg, round_no, _utc(now), client, early_links)
     store.write_json(store.round_dir(round_no, "update.json"), stats)
     return stats
@@ -440,10 +440,10 @@ def _publish(cfg: CrawlConfig, round_no: int, lease: Lease) -> dict[str, Any]:
         store.finish_publish(round_no)  # a publish interrupted mid-move: roll it forward
         return store.read_json(store.round_dir(round_no, "manifest.json"))
     if store.current_round() != round_no - 1:
-        raise RuntimeError(f"cannot publish round {round_no}: published round is {store.current_round()}")
+        raise StepOrder(f"cannot publish round {round_no}: published round is {store.current_round()}")
     for s in range(cfg.url_shards):
         if not store.exists(crawldb.shard_path(store, round_no, s)):
-            raise RuntimeError(f"round {round_no}: CrawlDb shard {s} missing, run reprioritise first")
+            raise StepOrder(f"round {round_no}: CrawlDb shard {s} missing, run reprioritise first")
     # the settings the round ran with, so reports and the dashboard can show them (delay, budget)
     summary = {"round": round_no, "crawl_id": cfg.crawl_id, "published_at": datetime.now(UTC).isoformat(),
                "config": cfg.to_dict()}
@@ -469,7 +469,7 @@ def report(cfg: CrawlConfig, round_no: int, origin: dict[str, Any] | None = None
 
     store = _store(cfg)
     if store.current_round() < round_no:
-        raise RuntimeError(f"round {round_no} is not published yet")
+        raise StepOrder(f"round {round_no} is not published yet")
     if origin:
         store.write_json(store.round_dir(round_no, "airflow.json"), origin)
     rel = write_report(cfg.root, cfg.crawl_id, round_no)

@@ -69,3 +69,15 @@ def test_a_reader_that_leaves_early_ends_the_command_without_a_traceback(tmp_pat
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 141, err.decode()[-2000:]
     assert b"Traceback" not in err and b"BrokenPipe" not in err, err.decode()[-2000:]
+
+
+def test_a_step_out_of_order_is_bad_input_and_a_wrong_root_stays_untouched(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    out = _crawl("step", "fetch_parse", "--round", "1", "--root", str(root), "--no-dashboard")
+    assert out.returncode == 2 and f"no crawl 'demo' under {root}" in out.stderr, out.stderr[-2000:]
+    assert not root.exists()  # no lease file in a folder the operator never meant
+    assert _crawl("inject", "--root", str(root), "--seeds", "http://a.example/").returncode == 0
+    out = _crawl("step", "fetch_parse", "--round", "1", "--root", str(root), "--no-dashboard")
+    assert out.returncode == 2 and out.stderr.strip().endswith("error: round 1: generate has not run"), \
+        out.stderr[-2000:]
+    assert "Traceback" not in out.stderr
