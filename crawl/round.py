@@ -66,7 +66,8 @@ def validate_seeds(seeds: Sequence[str], cfg: CrawlConfig | None = None) -> list
         s = seed.strip()
         scheme = s.split(":", 1)[0].lower() if ":" in s else ""
         if scheme not in schemes:
-            bad.append((seed, f"scheme must be {' or '.join(schemes)}, got {scheme or 'none'!r}"))
+            bad.append((seed, f"scheme must be {' or '.join(schemes)}, got {scheme!r}" if scheme else
+                        f"no scheme: write it as {schemes[0]}://{s}"))  # 'example.org', as typed in a browser
             continue
         if len(s) > max_len:
             bad.append((seed, f"longer than {max_len} characters"))

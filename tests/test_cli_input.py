@@ -34,6 +34,13 @@ def test_bad_input_exits_2_names_it_and_writes_nothing(tmp_path: Path, argv: lis
     assert not root.exists()  # no lease taken, no round started, nothing injected
 
 
+def test_a_seed_without_a_scheme_is_named_with_the_spelling_that_works(tmp_path: Path) -> None:
+    out = _crawl("inject", "--root", str(tmp_path / "root"), "--seeds", "example.org/news")
+    assert out.returncode == 2, out.stderr[-2000:]
+    assert "'example.org/news': no scheme: write it as http://example.org/news" in out.stderr, out.stderr
+    assert not (tmp_path / "root").exists()
+
+
 def test_queries_answer_before_the_first_round_and_bad_sql_is_bad_input(tmp_path: Path) -> None:
     """After ``crawl inject`` (state written, no round published) every named query and the README's
     queries over each view return no rows instead of failing on a missing column."""
