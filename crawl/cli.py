@@ -40,6 +40,7 @@ STEPS = ("inject", "generate", "fetch_parse", "update", "reprioritise", "publish
 # Older spellings kept working next to the flags derived from the settings declaration.
 FLAG_ALIASES = {"politeness_delay_s": ("--delay",)}
 SEEDS_HELP = f"{CrawlSettings.model_fields['seeds'].title}: {describe('seeds')}"
+_DEFAULTS = CrawlConfig()  # the defaults the flags without a declared setting name in their help
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -52,9 +53,11 @@ def _common(p: argparse.ArgumentParser) -> None:
                        default=spec["default"], help=spec["help"])
     p.add_argument("--resolve", action="append", metavar="PATTERN=IP:PORT",
                    help="send connections for matching hosts to IP:PORT (like curl --connect-to); repeatable")
-    p.add_argument("--partitions", type=int, help="fetch-list partitions per round")
+    p.add_argument("--partitions", type=int,
+                   help=f"fetch tasks per round, whole hosts each (default: {_DEFAULTS.partitions})")
     p.add_argument("--dask-address", help="Dask scheduler address (empty: embedded LocalCluster)")
-    p.add_argument("--workers", type=int, help="workers of the embedded LocalCluster")
+    p.add_argument("--workers", type=int,
+                   help=f"workers of the embedded LocalCluster (default: {_DEFAULTS.dask_workers})")
     p.add_argument("--dashboard-port", type=int, dest="dask_dashboard_port",
                    help="port of the embedded cluster's Dask dashboard (default: any free port)")
     p.add_argument("--no-dashboard", action="store_false", dest="dask_dashboard", default=None,
@@ -140,8 +143,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("query", help="run a named query (include/sql) or SQL over the views pages, crawldb, links, text, images")
     _common(p)
-    p.add_argument("sql", nargs="?", default="summary")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("sql", nargs="?", default="summary",
+                   help="a named query (a file stem of include/sql: summary, status_mix, ...) or SQL over the "
+                        "views (default: summary)")
+    p.add_argument("--json", action="store_true", help="print the rows as one JSON list")
 
     p = sub.add_parser("lookup", help="where is the stored copy of URL (WARC file, offset, length)")
     _common(p)
@@ -151,8 +156,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("step", help="run one step of a round (the Airflow DAG calls this)")
     _common(p)
     p.add_argument("name", choices=STEPS)
-    p.add_argument("--round", type=int)
-    p.add_argument("--now")
+    p.add_argument("--round", type=int, help="the round the step belongs to (required but for inject and generate)")
+    p.add_argument("--now", help="the round's time (ISO 8601; default: now)")
     p.add_argument("--seeds", nargs="*", help=SEEDS_HELP)
     p.add_argument("--run-id", help="the logical round this step belongs to (the DAG passes its run id): "
                                     "steps of one run share the crawl's lease, which outlives each step")
