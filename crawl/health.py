@@ -35,6 +35,9 @@ from crawl.tasks import CONTROL_SUBSETS
 
 #: ``error`` codes of fetch rows that mean the crawler could not reach or keep a connection to a server.
 CONNECTION_ERRORS = ("dns", "connect", "connect_timeout", "timeout", "reset")
+#: ``error`` of a fetch the SSRF guard refused (crawl.net.PrivateAddressError): the usual first-crawl mistake is
+#: a seed on 127.0.0.1 or a private host without a ``--resolve`` rule, which the reason then names.
+PRIVATE_ADDRESS = "private_address"
 #: Fetch statuses that mean a server answered for the URL (whatever it said). URLs robots.txt denies are
 #: left out of both sides of the ratio (the decision may come from the cache, without a request).
 ANSWERED = (R.FETCHED, R.NOT_MODIFIED, R.REDIRECT, R.HTTP_ERROR, R.GONE)
@@ -65,6 +68,7 @@ def assess(cfg: CrawlConfig, planned: int, fetched: pa.Table,
     pages = fetched.filter(is_page)
     answered = _distinct(pages.filter(pc.is_in(pages.column("status"), pa.array(ANSWERED))), "url_hash")
     denied = _distinct(pages.filter(pc.equal(pages.column("status"), R.ROBOTS_DENIED)), "url_hash")
+    guarded = _distinct(pages.filter(pc.equal(pc.fill_null(pages.column("error"), ""), PRIVATE_ADDRESS)), "url_hash")
     never_pages = never.filter(pc.invert(pc.fill_null(pc.is_in(never.column("subset"), pa.array(CONTROL_SUBSETS)),
                                                       False)))
     urls_never = _distinct(never_pages, "url_hash")
@@ -77,7 +81,10 @@ def assess(cfg: CrawlConfig, planned: int, fetched: pa.Table,
                        f"({host_share:.0%} > degraded_host_failure_share {cfg.degraded_host_failure_share:.0%})")
     if fetched_share < cfg.degraded_min_fetched_share:
         reasons.append(f"servers answered for {answered} of {planned} planned URLs "
-                       f"({fetched_share:.0%} < degraded_min_fetched_share {cfg.degraded_min_fetched_share:.0%})")
+                       f"({fetched_share:.0%} < degraded_min_fetched_share {cfg.degraded_min_fetched_share:.0%})"
+                       + (f"; the private-address guard refused {guarded} of them (their host is or resolves to a "
+                          "loopback or private address: a --resolve rule naming the host lets it through)"
+                          if guarded else ""))
     return {"degraded": bool(reasons), "reasons": reasons, "hosts": len(hosts),
             "hosts_with_connection_failures": failing, "host_failure_share": round(host_share, 4),
             "planned": planned, "answered": answered, "fetched_share": round(fetched_share, 4),

@@ -88,3 +88,17 @@ def test_a_step_out_of_order_is_bad_input_and_a_wrong_root_stays_untouched(tmp_p
     assert out.returncode == 2 and out.stderr.strip().endswith("error: round 1: generate has not run"), \
         out.stderr[-2000:]
     assert "Traceback" not in out.stderr
+
+
+def test_a_first_round_the_address_guard_refused_says_why(tmp_path: Path, simweb) -> None:
+    """A seed on the simulated web's own address without a --resolve rule naming it (README: "an IP literal is
+    allowed only when a rule names it"): the degraded round's reason names the guard and the way through."""
+    seed = f"http://127.0.0.1:{simweb.port}/"
+    out = _crawl("round", "--root", str(tmp_path / "root"), "--seeds", seed, "--delay", "0", "--no-dashboard",
+                 "--strict", timeout=300)
+    assert out.returncode == 5, out.stderr[-2000:]
+    assert "the private-address guard refused 1 of them" in out.stderr and "--resolve rule" in out.stderr, \
+        out.stderr[-2000:]
+    ok = _crawl("round", "--root", str(tmp_path / "ok"), "--seeds", seed, "--delay", "0", "--no-dashboard",
+                "--strict", "--max-pages", "1", "--resolve", f"127.0.0.1=127.0.0.1:{simweb.port}", timeout=300)
+    assert ok.returncode == 0 and "private-address guard" not in ok.stderr, ok.stderr[-2000:]
