@@ -398,6 +398,8 @@ def reprioritise(cfg: CrawlConfig, round_no: int, now: datetime | None = None,
 def _reprioritise(cfg: CrawlConfig, round_no: int, now: datetime | None) -> dict[str, Any]:
     now = _utc(now)
     store = _store(cfg)
+    if store.current_round() >= round_no:  # as update: a published CrawlDb version is never rewritten in place
+        raise StepOrder(f"round {round_no} is already published")
     carried = schedule.carry_forward(cfg, store, round_no)
     if carried is not None:
         stats = {"round": round_no, **carried}

@@ -102,3 +102,20 @@ def test_a_first_round_the_address_guard_refused_says_why(tmp_path: Path, simweb
     ok = _crawl("round", "--root", str(tmp_path / "ok"), "--seeds", seed, "--delay", "0", "--no-dashboard",
                 "--strict", "--max-pages", "1", "--resolve", f"127.0.0.1=127.0.0.1:{simweb.port}", timeout=300)
     assert ok.returncode == 0 and "private-address guard" not in ok.stderr, ok.stderr[-2000:]
+
+
+def test_reprioritise_of_a_published_round_is_refused_and_its_crawldb_kept(tmp_path: Path, simweb) -> None:
+    """A published CrawlDb version is what readers see: `crawl step reprioritise --round N` after N's publish
+    (a --now of another time, or none: now) rewrote it in place with other priorities and due times; update
+    already refused such a rerun."""
+    root = tmp_path / "root"
+    first = _crawl("round", "--root", str(root), "--seeds", *simweb.seed_urls(2), "--delay", "0", "--max-pages", "5",
+                   "--no-dashboard", "--resolve", simweb.resolve_rule, timeout=300)
+    assert first.returncode == 0, first.stderr[-2000:]
+    files = sorted((root / "state/crawl=demo/crawldb/v=00001").rglob("*.parquet"))
+    before = {f: f.read_bytes() for f in files}
+    for step in ("update", "reprioritise"):
+        out = _crawl("step", step, "--round", "1", "--root", str(root), "--now", "2030-01-01T00:00:00Z")
+        assert out.returncode == 2 and "round 1 is already published" in out.stderr, (step, out.stderr[-2000:])
+    assert sorted((root / "state/crawl=demo/crawldb/v=00001").rglob("*.parquet")) == files
+    assert all(f.read_bytes() == b for f, b in before.items())
