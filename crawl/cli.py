@@ -6,7 +6,9 @@ status 2 and list every bad seed, and nothing is written. A round refused becaus
 the crawl holds its lease (or whose lease was taken over) exits with status 3 and names the lease's
 owner; a Dask cluster that cannot run the round (no workers within ``dask_wait_for_workers_s``)
 exits with status 4 and names the scheduler. ``round`` and ``run`` warn about a degraded round
-(:mod:`crawl.health`) and, with ``--strict``, exit with status 5.
+(:mod:`crawl.health`) and, with ``--strict``, exit with status 5. A ``step`` out of order
+(:class:`crawl.errors.StepOrder`), a ``--now`` that is not ISO 8601 and SQL DuckDB refuses are bad input
+too (status 2); a closed output pipe ends the command with 141, without a traceback.
 """
 
 from __future__ import annotations
