@@ -13,6 +13,7 @@ Why: at this size most of a ``crawl run``'s wall time is not crawling (bench/RES
 a whole run"); this measures that part alone, on a shared box, as a same-run ratio.
 
     python bench/run_bench.py [--reps 3] [--baseline-rev main] [--rounds 3] [--max-pages 2000] [--json out] [--warm]
+                              [--current-env ARROW_DEFAULT_MEMORY_POOL=system]
 
 Ends with ``RESULT run_wall_s=… baseline=… ratio=… fixed_s=… fixed_baseline=…`` (medians; ratio =
 baseline / current, above 1 = faster; fixed = first request + gaps + tail).
@@ -57,9 +58,10 @@ REPORT = re.compile(r"^round (\d+) report: ")
 
 def run_once(tree: Path, seeds: list[str], hosts: int, seed: int, rounds: int, max_pages: int,
              per_host: int, work: Path, extra: list[str], py_args: list[str] | None = None,
-             wrap: tuple[str, ...] = (), warm: bool = False) -> dict:
+             wrap: tuple[str, ...] = (), warm: bool = False, env_extra: dict[str, str] | None = None) -> dict:
     """One ``crawl run`` of ``tree`` against a fresh simulated web (every page of the seeds' hosts
-    rendered once first with ``warm``, as scrapy_bench.py does): timings from outside the process."""
+    rendered once first with ``warm``, as scrapy_bench.py does): timings from outside the process.
+    ``env_extra``: variables added to the crawl run's environment (not the simulated web's)."""
     work.mkdir(parents=True, exist_ok=True)
     log = work / "access.jsonl"
     proc, port = launch(hosts, seed, log)
@@ -69,7 +71,7 @@ def run_once(tree: Path, seeds: list[str], hosts: int, seed: int, rounds: int, m
         except BaseException:
             stop_process(proc)
             raise
-    env = {**os.environ, "PYTHONPATH": str(tree)}
+    env = {**os.environ, "PYTHONPATH": str(tree), **(env_extra or {})}
     cmd = [*wrap, sys.executable, *(py_args or []), "-m", "crawl", "run", "--root", str(work / "root"), "--crawl-id", "bench",
            "--resolve", f"*.sim.test=127.0.0.1:{port}", "--delay", "0", "--max-pages", str(max_pages),
            "--max-pages-per-host-per-round", str(per_host), "--round-duration-s", "600", "--no-dashboard",
@@ -132,6 +134,9 @@ def main() -> None:
     ap.add_argument("--extra", default="", help="extra crawl run arguments (space separated), both sides")
     ap.add_argument("--current-extra", default="", help="extra crawl run arguments of the current side only "
                                                         "(e.g. a setting against the baseline's default)")
+    ap.add_argument("--current-env", action="append", default=[], metavar="VAR=VALUE",
+                    help="an environment variable of the current side's crawl run only (e.g. "
+                         "ARROW_DEFAULT_MEMORY_POOL=system against --baseline-rev main); repeatable")
     ap.add_argument("--json", help="write every run's figures here")
     ap.add_argument("--wrap", default="", help="a command the crawl run runs under (e.g. 'py-spy record -o F --')")
     ap.add_argument("--warm", action="store_true", help="render every page of the seeds' hosts before each run "
@@ -141,6 +146,7 @@ def main() -> None:
     ap.add_argument("--py-args", default="", help="interpreter arguments before -m crawl (e.g. '-X importtime', "
                                                   "'-m cProfile -o FILE'), both sides")
     args = ap.parse_args()
+    current_env = dict(v.split("=", 1) for v in args.current_env)
     seeds = [h.base + "/" for h in build(SimParams(seed=args.seed, hosts=args.hosts)).good_hosts()]
     work = Path(tempfile.mkdtemp(prefix="run-bench-"))
     sides = [("current", REPO)]
@@ -153,7 +159,8 @@ def main() -> None:
                 r = run_once(tree, seeds, args.hosts, args.seed, args.rounds, args.max_pages, args.per_host,
                              work / f"{name}-{rep}",
                              args.extra.split() + (args.current_extra.split() if name == "current" else []),
-                             args.py_args.split(), tuple(args.wrap.split()), args.warm)
+                             args.py_args.split(), tuple(args.wrap.split()), args.warm,
+                             current_env if name == "current" else None)
                 r["load"] = round(os.getloadavg()[0], 1)
                 lines = r.pop("lines")
                 if args.show_lines:

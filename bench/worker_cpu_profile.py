@@ -2,7 +2,8 @@
 
 Runs one round like ``bench/crawl_bench.py`` (HTML pages over many hosts of a simulated web, delay 0,
 4 partitions, the embedded Dask cluster), reads the workers' user+system CPU at every step boundary
-(so the round's CPU per page splits into fetch+parse, update, ...), and samples both worker processes
+(so the round's CPU per page splits into fetch+parse, update, ...) and the driver's (this process, set up as
+``crawl run`` sets up its own: bench/driverproc.py), and samples both worker processes
 with ``py-spy record --format raw`` during the round; the stacks are bucketed by the first crawl
 function that explains them (fetch loop, parse, Parquet writes, digests, Dask's own threads, ...).
 
@@ -26,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from crawl_bench import bench_config, bench_urls, worker_cpu  # noqa: E402
+from driverproc import as_crawl_run_driver  # noqa: E402
 
 from crawl import cluster  # noqa: E402
 from crawl import round as rnd  # noqa: E402
@@ -128,6 +130,7 @@ def main() -> None:
     ap.add_argument("--dask-defaults", action="store_true",
                     help="the A/B arm: distributed's default worker settings (no crawl.cluster.EMBEDDED_WORKER_CONFIG)")
     args = ap.parse_args()
+    as_crawl_run_driver()  # this process is the round's driver: set up as `crawl run` sets up its own
     if args.dask_defaults:
         cluster.EMBEDDED_WORKER_CONFIG.clear()
     spy = str(Path(sys.executable).parent / "py-spy")
@@ -137,6 +140,7 @@ def main() -> None:
         with dask_client(cfg) as client:
             rnd.inject(cfg, urls)
             wpids = client.run(os.getpid)
+            pools = sorted({arrow_pool(), *client.run(arrow_pool).values()})
             client.run(gc_timer_install)
             cpu_at: list[tuple[str, float, float]] = []
 
@@ -145,13 +149,13 @@ def main() -> None:
                     pass
 
                 def start(self, step: str, total: int | None = None) -> None:
-                    cpu_at.append((step, worker_cpu(client), time.perf_counter()))
+                    cpu_at.append((step, worker_cpu(client), time.perf_counter(), time.process_time()))
 
                 def advance(self, n: int = 1) -> None:
                     pass
 
                 def finish(self) -> None:
-                    cpu_at.append(("/" + cpu_at[-1][0], worker_cpu(client), time.perf_counter()))
+                    cpu_at.append(("/" + cpu_at[-1][0], worker_cpu(client), time.perf_counter(), time.process_time()))
 
             spies: list[tuple[subprocess.Popen, Path]] = []
             tmp = Path(tempfile.mkdtemp(prefix="wprof-"))
@@ -173,12 +177,13 @@ def main() -> None:
         pages = max(fetched_pages(cfg), 1)
         print(f"# worker CPU of one round: {args.hosts} hosts, {len(urls)} URLs, {pages} page requests, "
               f"4 partitions, 2 workers, {'distributed defaults' if args.dask_defaults else 'EMBEDDED_WORKER_CONFIG'}, "
-              f"load {os.getloadavg()[0]:.1f}\n")
-        print("| step | wall s | workers' CPU s | CPU ms per page |\n|---|---|---|---|")
-        for (name, c0, t0), (_, c1, t1) in zip(cpu_at[::2], cpu_at[1::2], strict=False):
-            print(f"| {name} | {t1 - t0:.2f} | {c1 - c0:.2f} | {1000 * (c1 - c0) / pages:.3f} |")
+              f"Arrow memory pool(s) {'/'.join(pools)}, load {os.getloadavg()[0]:.1f}\n")
+        print("| step | wall s | workers' CPU s | CPU ms per page | driver's CPU s |\n|---|---|---|---|---|")
+        for (name, c0, t0, d0), (_, c1, t1, d1) in zip(cpu_at[::2], cpu_at[1::2], strict=False):
+            print(f"| {name} | {t1 - t0:.2f} | {c1 - c0:.2f} | {1000 * (c1 - c0) / pages:.3f} | {d1 - d0:.2f} |")
         total = cpu_at[-1][1] - cpu_at[0][1]
-        print(f"| **round** | {cpu_at[-1][2] - cpu_at[0][2]:.2f} | {total:.2f} | {1000 * total / pages:.3f} |\n")
+        print(f"| **round** | {cpu_at[-1][2] - cpu_at[0][2]:.2f} | {total:.2f} | {1000 * total / pages:.3f} "
+              f"| {cpu_at[-1][3] - cpu_at[0][3]:.2f} |\n")
         print(f"GC (gc.callbacks, the collecting thread's CPU; spread over the rows above): {gcs['n']:.0f} "
               f"collections, {gcs['s']:.2f} s, {1000 * gcs['s'] / pages:.3f} ms per page; by generation "
               + ", ".join(f"{g}: {gcs[f'n{g}']:.0f} x, {1000 * gcs[f's{g}'] / pages:.3f} ms/page" for g in range(3))
@@ -206,6 +211,13 @@ def main() -> None:
             for name, k in leaf.most_common(args.top):
                 print(f"| `{name[:100]}` | {100 * k / n:.1f} % |")
             print(f"\nraw stacks in {tmp}")
+
+
+def arrow_pool() -> str:
+    """This process's Arrow default memory pool (``ARROW_DEFAULT_MEMORY_POOL`` picks it at the first use)."""
+    import pyarrow as pa
+
+    return pa.default_memory_pool().backend_name
 
 
 def fetched_pages(cfg: Any) -> int:
