@@ -8,8 +8,8 @@ WARC revisit record instead of a second copy. Loading it whole into every fetch 
 time and memory grow with the crawl's history (a Python dict of 1 M entries is ~0.5 GB and seconds
 per task). :class:`KnownDigests` instead holds
 
-- the first captures of the fetch list's own previous digests, read by a semi-join in DuckDB over
-  the Parquet file (an unchanged page -- the common revisit -- is answered from memory), and
+- the first captures of the fetch list's own previous digests, read by a semi-join over the Parquet
+  files (an unchanged page -- the common revisit -- is answered from memory), and
 - a sorted array of 64-bit keys (:func:`digest_keys`: the first 60 bits of each SHA-1, read from
   the files on the first miss): 8 bytes per stored digest; only a key hit (another URL's earlier
   capture of the same body, rare) reads the matching row from the file. A miss is answered in
@@ -17,12 +17,17 @@ per task). :class:`KnownDigests` instead holds
   ~0.45 ms CPU on the WARC writer thread for every new or changed page of a recrawl round.
 
 So a revisit of another URL's capture from an earlier round is still a revisit, as before.
+
+Both reads are Arrow's (:func:`first_captures`: the digest column a row group at a time, the URL and time
+only of row groups with a match), not DuckDB's: a fetch task's only DuckDB work was this semi-join, and
+importing DuckDB and opening a database cost each worker ~0.1-0.15 s of CPU before the first request of
+its first recrawl round, for a query that reads a few kilobytes at that size and, at any size, one column
+the task's first miss reads whole anyway (bench/RESULTS.md, "session 15, helper small15").
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, MutableMapping
-from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -112,8 +117,33 @@ def digest_files(store: Store, version: int) -> list[str]:
             and int(r.rsplit("v=", 1)[-1].split(".", 1)[0]) <= version]
 
 
-def _source(store: Store, con: Any, rels: list[str]) -> str:
-    return "read_parquet([" + ", ".join(f"'{p}'" for p in store.duckdb_paths(con, rels)) + "])"
+def first_captures(store: Store, rels: list[str], want: pa.Array) -> pa.Table:
+    """The first capture (DIGESTS_SCHEMA: earliest ``fetch_time``, then the smallest URL) of each digest
+    of ``want`` that the digest files ``rels`` hold, one row per digest, in digest order.
+
+    A semi-join in Arrow: each row group's digest column is read and matched against ``want``; the URL
+    and time columns are read only for row groups with a match."""
+    import pyarrow.parquet as pq
+
+    want = want.cast(pa.string())
+    parts = []
+    for rel in rels:
+        with store.fs.open(store.abs(rel), "rb") as fh:
+            pf = pq.ParquetFile(fh)
+            for g in range(pf.num_row_groups):
+                hit = pc.is_in(pf.read_row_group(g, columns=["payload_digest"]).column(0), value_set=want)
+                if pc.any(hit).as_py():
+                    rows = pf.read_row_group(g, columns=DIGESTS_SCHEMA.names).filter(hit)
+                    parts.append(rows.cast(DIGESTS_SCHEMA))
+    if not parts:
+        return DIGESTS_SCHEMA.empty_table()
+    t = pa.concat_tables(parts).sort_by([("payload_digest", "ascending"), ("fetch_time", "ascending"),
+                                         ("url", "ascending")])
+    d = t.column("payload_digest").combine_chunks()
+    first = np.ones(len(d), bool)  # a digest stored twice (files of older versions): its first row
+    if len(d) > 1:
+        first[1:] = pc.not_equal(d.slice(1), d.slice(0, len(d) - 1)).to_numpy(zero_copy_only=False)
+    return t.filter(pa.array(first))
 
 
 class KnownDigests(MutableMapping[str, Capture]):
@@ -126,20 +156,8 @@ class KnownDigests(MutableMapping[str, Capture]):
         self._local: dict[str, Capture] = dict(preload)
         self._store = store
         self._rels = digest_files(store, version)
-        self._con: Any = None
-        self._src = ""
         self._keys: np.ndarray | None = None
         self.file_lookups = 0  # rows read from the file after a key hit (diagnostics, tests)
-
-    def _open(self) -> Any:
-        if self._con is None:
-            import duckdb
-
-            con = duckdb.connect()
-            con.execute("SET TimeZone = 'UTC'")
-            self._src = _source(self._store, con, self._rels)
-            self._con = con
-        return self._con
 
     def _load_keys(self) -> np.ndarray:
         """The sorted keys of every stored digest, read once, a column batch at a time."""
@@ -163,13 +181,8 @@ class KnownDigests(MutableMapping[str, Capture]):
         if i >= keys.size or keys[i] != key:
             return None
         self.file_lookups += 1
-        con = self._open()
-        row = con.execute(f"SELECT url, fetch_time FROM {self._src} WHERE payload_digest = ? "
-                          "ORDER BY fetch_time LIMIT 1",
-                          [digest]).fetchone()
-        if row is None:  # a 64-bit key collision
-            return None
-        return row[0], row[1].isoformat() if row[1] else ""
+        found = _captures(first_captures(self._store, self._rels, pa.array([digest], pa.string())))
+        return found.get(digest)  # None: a 64-bit key collision
 
     def __getitem__(self, digest: str) -> Capture:
         hit = self._local.get(digest)
@@ -193,9 +206,7 @@ class KnownDigests(MutableMapping[str, Capture]):
         return len(self._local)
 
     def close(self) -> None:
-        if self._con is not None:
-            self._con.close()
-            self._con = None
+        """Nothing to release (kept for callers that close it)."""
 
 
 def load_known_digests(store: Store, version: int,
@@ -203,8 +214,8 @@ def load_known_digests(store: Store, version: int,
     """The first captures a fetch task needs for its revisit decisions.
 
     Without ``digests``: the whole table as a dict. With a fetch list's ``prev_digest`` column: a
-    :class:`KnownDigests` preloaded with those digests' first captures (a DuckDB semi-join over the
-    file) that looks any other digest up by key.
+    :class:`KnownDigests` preloaded with those digests' first captures (:func:`first_captures`) that
+    looks any other digest up by key.
     """
     rels = digest_files(store, version)
     if not rels:
@@ -214,18 +225,9 @@ def load_known_digests(store: Store, version: int,
     want = pc.unique(pc.drop_null(digests.combine_chunks() if isinstance(digests, pa.ChunkedArray) else digests))
     preload: dict[str, Capture] = {}
     if len(want):
-        import duckdb
-
-        con = duckdb.connect()
-        con.register("want", pa.table({"payload_digest": want.cast(pa.string())}))
-        t = con.sql(f"""
-            SELECT payload_digest, arg_min(url, fetch_time) AS url, min(fetch_time) AS fetch_time
-            FROM {_source(store, con, rels)}
-            WHERE payload_digest IN (SELECT payload_digest FROM want) GROUP BY 1
-        """).to_arrow_table().cast(DIGESTS_SCHEMA)
-        con.close()
-        preload = _captures(t)
+        preload = _captures(first_captures(store, rels, want))
     return KnownDigests(store, version, preload)
 
 
-__all__ = ["DIGESTS_SCHEMA", "KnownDigests", "digest_files", "digest_key", "digest_keys", "load_known_digests"]
+__all__ = ["DIGESTS_SCHEMA", "KnownDigests", "digest_files", "digest_key", "digest_keys", "first_captures",
+           "load_known_digests"]

@@ -274,8 +274,10 @@ def test_a_round_that_renders_nothing_leaves_the_render_module_out_of_the_driver
 def test_a_rounds_workers_import_neither_update_nor_duckdb(simweb, tmp_path) -> None:
     """A worker fetches, parses, writes its partition's text files and runs update's link parts: none of
     that needs DuckDB, ``crawl.update`` or ``crawl.seen`` (crawl.linkparts, crawl.index's lazy DuckDB); DuckDB
-    with crawl.index alone was 62-75 ms of a worker's CPU, at round 1's first parse."""
-    from datetime import UTC, datetime
+    with crawl.index alone was 62-75 ms of a worker's CPU, at round 1's first parse. Nor does a recrawl
+    round's fetch task read its known digests with it (crawl.digests.first_captures: importing DuckDB and
+    opening a database were ~0.1-0.15 s of each worker's CPU before round 2's first request)."""
+    from datetime import UTC, datetime, timedelta
 
     from crawl import round as rnd
     from crawl.cluster import dask_client
@@ -284,14 +286,21 @@ def test_a_rounds_workers_import_neither_update_nor_duckdb(simweb, tmp_path) -> 
         "root": str(tmp_path / "root"), "crawl_id": "imports", "resolve": [simweb.resolve_rule],
         "politeness_delay_s": 0.0, "max_pages": 60, "dask_workers": 2, "dask_dashboard": False,
     }, use_env=False)
+    now = datetime.now(UTC).replace(microsecond=0)
     with dask_client(cfg) as client:
-        rnd.run_round(cfg, simweb.seed_urls(4), datetime.now(UTC).replace(microsecond=0), client=client)
+        rnd.run_round(cfg, simweb.seed_urls(4), now, client=client)
         loaded = client.run(_heavy_modules_loaded)
+        rnd.run_round(cfg, None, now + timedelta(days=30), client=client)  # revisits: known digests
+        loaded_after_recrawl = client.run(_heavy_modules_loaded)
     store = Store(cfg.root, cfg.crawl_id)
     # the workers did parse (text files) and update's link parts had raw links to canonicalise
     assert store.part_files(1, "pages") and store.part_files(1, "rawlinks")
     assert len(loaded) == 2
     assert all(mods == [] for mods in loaded.values()), loaded
+    # round 2 revisited pages whose digests round 1 stored: its fetch tasks preloaded their first captures
+    fetchlists = [store.read_table(r) for r in store.part_files(2, "fetchlist")]
+    assert sum(len(t.column("prev_digest").drop_null()) for t in fetchlists) > 0
+    assert all(mods == [] for mods in loaded_after_recrawl.values()), loaded_after_recrawl
 
 
 def _heavy_modules_loaded() -> list[str]:
