@@ -30,6 +30,10 @@ COPY crawl/ ./crawl/
 COPY dags/ ./dags/
 COPY plugins/ ./plugins/
 COPY include/ ./include/
+# Bytecode of our own code now: PYTHONDONTWRITEBYTECODE keeps every process from writing it, so without this
+# each Airflow task process and Dask worker compiled crawl/ from source as it started (~0.3 s of CPU for the
+# package; pip already compiled the dependencies'): bench/RESULTS.md, "session 15, helper small15".
+RUN python -m compileall -q crawl dags plugins
 
 USER 50000
 EXPOSE 8080 8786 8787

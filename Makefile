@@ -14,6 +14,7 @@ $(STAMP): requirements.txt requirements.lock
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -r requirements.txt -c requirements.lock
 	$(BIN)/pip install --quiet --no-deps -e .
+	$(BIN)/python -m compileall -q crawl  # an editable install writes no bytecode; with PYTHONDONTWRITEBYTECODE no import does
 	touch $(STAMP)
 
 # The deployment test (tests/test_deploy.py, ~6 min: PostgreSQL, four Airflow components, Dask, S3)

@@ -40,7 +40,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
 from scrapy_bench import scope_regex, timeline, warm_server  # noqa: E402
-from trees import tree_at  # noqa: E402
+from trees import compile_tree, tree_at  # noqa: E402
 
 from crawl.simweb.launch import launch  # noqa: E402
 from crawl.simweb.launch import stop as stop_process  # noqa: E402
@@ -150,6 +150,7 @@ def main() -> None:
     seeds = [h.base + "/" for h in build(SimParams(seed=args.seed, hosts=args.hosts)).good_hosts()]
     work = Path(tempfile.mkdtemp(prefix="run-bench-"))
     sides = [("current", REPO)]
+    compile_tree(REPO)  # both sides run with crawl/'s bytecode written, as installed (trees.compile_tree)
     if args.baseline_rev:
         sides.insert(0, ("baseline", tree_at(args.baseline_rev, work / "baseline-tree", warm=True)))
     runs: dict[str, list[dict]] = {name: [] for name, _ in sides}

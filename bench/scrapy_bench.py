@@ -72,6 +72,9 @@ from crawl.simweb.launch import launch  # noqa: E402
 from crawl.simweb.launch import stop as stop_process  # noqa: E402
 from crawl.simweb.model import SimParams, build  # noqa: E402
 
+sys.path.insert(0, str(REPO / "bench"))
+from trees import compile_tree  # noqa: E402
+
 SCRAPY_VERSION = "2.19.0"
 VENV = REPO / "bench" / "out" / "scrapy-venv"
 
@@ -376,6 +379,7 @@ def main() -> None:
                     help="also run the bare aiohttp + selectolax loop (bench/floor_crawl.py) after Scrapy")
     args = ap.parse_args()
     py = scrapy_python()
+    compile_tree(REPO)  # crawl/'s bytecode written, as pip wrote Scrapy's (trees.compile_tree)
     seeds = [h.base + "/" for h in build(SimParams(seed=args.seed, hosts=args.hosts)).good_hosts()]
     load = os.getloadavg()[0]
     for i in range(args.runs):

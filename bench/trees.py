@@ -33,4 +33,19 @@ def tree_at(rev: str, dest: Path, warm: bool = False) -> Path:
     if warm:
         subprocess.run([sys.executable, "-c", _WARM_UP], check=True, env={**os.environ, "PYTHONPATH": str(dest)},
                        cwd=dest, timeout=600)
+        compile_tree(dest)
     return dest
+
+
+def compile_tree(tree: Path) -> None:
+    """Write the bytecode of ``tree``'s ``crawl/`` package (``python -m compileall``), as an install does.
+
+    Why: with ``PYTHONDONTWRITEBYTECODE=1`` in the environment (this box's, and the project's Docker
+    image's before session 15) no process writes ``__pycache__``, so every process of a timed ``crawl
+    run`` -- the CLI, the forkserver, each worker for what it imports after the fork -- compiled
+    ``crawl/`` from source: ~0.29 s of CPU for the whole package, ~0.14 s in the forkserver before the
+    first request (bench/RESULTS.md, "session 15, helper small15"); pip compiles the bytecode of the
+    packages it installs (ours and Scrapy's dependencies alike). Files whose source changes afterwards
+    are compiled again in memory at import (their bytecode no longer matches): still correct."""
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(tree / "crawl")], check=True,
+                   capture_output=True, timeout=600)
