@@ -10,8 +10,9 @@ per task). :class:`KnownDigests` instead holds
 
 - the first captures of the fetch list's own previous digests, read by a semi-join over the Parquet
   files (an unchanged page -- the common revisit -- is answered from memory), and
-- a sorted array of 64-bit keys (:func:`digest_keys`: the first 60 bits of each SHA-1, read from
-  the files on the first miss): 8 bytes per stored digest; only a key hit (another URL's earlier
+- a sorted array of 64-bit keys (:func:`digest_keys`: the first 60 bits of each SHA-1, read on the
+  first miss from the keys file update writes beside the table, :func:`write_keys`): 8 bytes per
+  stored digest; only a key hit (another URL's earlier
   capture of the same body, rare) reads the matching row from the file. A miss is answered in
   Python (:func:`digest_key`, ~1 µs): it used to ask DuckDB for the digest's ``hash``, a query of
   ~0.45 ms CPU on the WARC writer thread for every new or changed page of a recrawl round.
@@ -56,6 +57,9 @@ _VALUE[np.frombuffer(_ALPHABET, np.uint8)] = np.arange(32, dtype=np.uint64)
 _NOT_B32 = np.ones(256, bool)
 _NOT_B32[np.frombuffer(_ALPHABET, np.uint8)] = False
 _PREFIX = np.frombuffer(b"sha1:", np.uint8)
+
+
+KEYS_DTYPE = np.dtype("<u8")  # a keys file: the sorted keys, little-endian, nothing else
 
 
 def digest_key(digest: str) -> int:
@@ -146,6 +150,53 @@ def first_captures(store: Store, rels: list[str], want: pa.Array) -> pa.Table:
     return t.filter(pa.array(first))
 
 
+def keys_from_files(store: Store, rels: list[str]) -> np.ndarray:
+    """The sorted keys of every digest the files ``rels`` hold, a column batch at a time."""
+    import pyarrow.parquet as pq
+
+    parts = []
+    for rel in rels:
+        with store.fs.open(store.abs(rel), "rb") as fh:
+            for batch in pq.ParquetFile(fh).iter_batches(batch_size=1 << 20, columns=["payload_digest"]):
+                parts.append(digest_keys(batch.column(0)))
+    return np.sort(np.concatenate(parts)) if parts else np.zeros(0, np.uint64)
+
+
+def stored_keys(store: Store, version: int, rels: list[str] | None = None) -> np.ndarray:
+    """The sorted keys of table ``version``'s digests: its keys file (:func:`write_keys`) when update wrote
+    one, else derived from the digest files (a crawl from before the keys files, or a lost file)."""
+    if version <= 0:
+        return np.zeros(0, np.uint64)
+    rel = store.digest_keys_file(version)
+    if store.exists(rel):
+        return np.frombuffer(store.read_bytes(rel), KEYS_DTYPE)
+    return keys_from_files(store, digest_files(store, version) if rels is None else rels)
+
+
+def write_keys(store: Store, round_no: int, new_digests: pa.Array | pa.ChunkedArray) -> None:
+    """Version ``round_no``'s keys file: the previous version's keys merged with those of the digests
+    first captured this round (update's digest file of the round), then the keys files no step can
+    read any more removed.
+
+    Why a file: a fetch task's first miss needs the keys of every stored digest, and deriving them from
+    the digest files (a string column of 37 bytes a digest, keyed and sorted) cost each fetch task
+    ~4.3 s of CPU at 10 M stored digests, every task, every round; reading 8 bytes a digest already
+    sorted is a plain read (bench/RESULTS.md, "session 15, lead"). The merge is a linear insert, not a
+    sort. Only versions ``round_no - 1`` (a rerun of this round's fetch reads it) and ``round_no`` (the
+    next round's) are kept: a missing file is derived from the digest files again, so removing one never
+    changes an answer."""
+    old = stored_keys(store, round_no - 1)
+    if isinstance(new_digests, pa.ChunkedArray):
+        new_digests = new_digests.combine_chunks()
+    new = np.sort(digest_keys(new_digests))
+    merged = np.insert(old, np.searchsorted(old, new), new)
+    store.write_bytes(store.digest_keys_file(round_no), merged.astype(KEYS_DTYPE, copy=False).tobytes())
+    for rel in store.ls(store.state("digest_keys")):
+        v = rel.rsplit("v=", 1)[-1].split(".", 1)[0]
+        if v.isdigit() and int(v) < round_no - 1:
+            store.remove(rel)
+
+
 class KnownDigests(MutableMapping[str, Capture]):
     """digest -> first capture, for one fetch task; digests it stores are added with ``d[k] = v``.
 
@@ -155,21 +206,15 @@ class KnownDigests(MutableMapping[str, Capture]):
     def __init__(self, store: Store, version: int, preload: dict[str, Capture]) -> None:
         self._local: dict[str, Capture] = dict(preload)
         self._store = store
+        self._version = version
         self._rels = digest_files(store, version)
         self._keys: np.ndarray | None = None
         self.file_lookups = 0  # rows read from the file after a key hit (diagnostics, tests)
 
     def _load_keys(self) -> np.ndarray:
-        """The sorted keys of every stored digest, read once, a column batch at a time."""
+        """The sorted keys of every stored digest, read once (:func:`stored_keys`)."""
         if self._keys is None:
-            import pyarrow.parquet as pq
-
-            parts = []
-            for rel in self._rels:
-                with self._store.fs.open(self._store.abs(rel), "rb") as fh:
-                    for batch in pq.ParquetFile(fh).iter_batches(batch_size=1 << 20, columns=["payload_digest"]):
-                        parts.append(digest_keys(batch.column(0)))
-            self._keys = np.sort(np.concatenate(parts)) if parts else np.zeros(0, np.uint64)
+            self._keys = stored_keys(self._store, self._version, self._rels)
         return self._keys
 
     def _from_file(self, digest: str) -> Capture | None:
@@ -230,4 +275,4 @@ def load_known_digests(store: Store, version: int,
 
 
 __all__ = ["DIGESTS_SCHEMA", "KnownDigests", "digest_files", "digest_key", "digest_keys", "first_captures",
-           "load_known_digests"]
+           "keys_from_files", "load_known_digests", "stored_keys", "write_keys"]

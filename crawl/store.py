@@ -17,6 +17,7 @@ Layout under the root (a local folder or any fsspec URL such as ``s3://bucket/pr
     state/crawl=ID/crawldb/v=NNNNN/overlay/shard=SS.parquet   rows that replace the base's (incremental rounds)
     state/crawl=ID/seen/v=NNNNN/shard=SS.{parquet,bloom}      seen-set and Bloom filter
     state/crawl=ID/digests/v=NNNNN.parquet                    digests first captured in round N (table N: v ≤ N)
+    state/crawl=ID/digest_keys/v=NNNNN.u64                    sorted 64-bit keys of table N's digests (crawl.digests)
     state/crawl=ID/robots/v=NNNNN.parquet                     robots.txt cache (TTL)
     state/crawl=ID/rounds/NNNNN/...                           per-round working files + manifest.json
     state/crawl=ID/rounds/NNNNN/staged/<any path above>       a round's outputs until it is published
@@ -116,6 +117,9 @@ class Store:
 
     def digests_file(self, version: int) -> str:
         return self.state("digests", f"v={version:05d}.parquet")
+
+    def digest_keys_file(self, version: int) -> str:
+        return self.state("digest_keys", f"v={version:05d}.u64")
 
     def robots_file(self, version: int) -> str:
         return self.state("robots", f"v={version:05d}.parquet")

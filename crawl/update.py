@@ -670,8 +670,9 @@ def _rows_of(store: Store, version: int, shard: int, hashes: np.ndarray) -> pa.T
 # ---- digest table and robots cache --------------------------------------------------------------------
 def _write_digests(store: Store, round_no: int, fetched: pa.Table) -> None:
     """The digests first captured this round (crawl.digests: version N's table is the files of rounds
-    1..N), found by a semi-join of the round's digests against the earlier files' digest column."""
-    from crawl.digests import digest_files
+    1..N), found by a semi-join of the round's digests against the earlier files' digest column, and
+    version N's keys file (:func:`crawl.digests.write_keys`)."""
+    from crawl.digests import digest_files, write_keys
 
     con = duck.for_store(store)
     con.register("f", fetched)
@@ -688,6 +689,7 @@ def _write_digests(store: Store, round_no: int, fetched: pa.Table) -> None:
     t = con.sql(f"SELECT * FROM cur WHERE payload_digest NOT IN ({old}) ORDER BY 1").to_arrow_table()
     con.close()
     store.write_table(store.digests_file(round_no), t.cast(DIGESTS_SCHEMA))
+    write_keys(store, round_no, t.column("payload_digest"))  # after the table it is derived from
 
 
 def _write_robots(store: Store, round_no: int) -> None:

@@ -204,6 +204,33 @@ def test_fetch_task_reads_only_the_digests_of_its_fetch_list(tmp_path):
     assert load_known_digests(store, 2, wanted) == {}  # no table at that version
 
 
+def test_update_writes_the_digest_keys_of_each_version_and_keeps_two(rounds, tmp_path):
+    """Each round's update writes its version's keys file: the sorted keys of every digest of rounds
+    1..N, equal to what the digest files themselves give; only the two newest versions' files stay
+    (this round's fetch rerun and the next round's fetch read them), and a fetch task's lookups answer
+    the same with the file as without it (a crawl from before the keys files)."""
+    import shutil
+
+    from crawl.digests import DIGESTS_SCHEMA, KnownDigests, digest_files, keys_from_files
+
+    cfg, *_ = rounds
+    store = Store(cfg.root, cfg.crawl_id)
+    last = store.current_round()
+    assert last >= 3
+    assert store.ls(store.state("digest_keys")) == [store.digest_keys_file(v) for v in (last - 1, last)]
+    for v in (last - 1, last):
+        stored = np.frombuffer(store.read_bytes(store.digest_keys_file(v)), "<u8")
+        assert stored.size and np.array_equal(stored, keys_from_files(store, digest_files(store, v)))
+    shutil.copytree(cfg.root, tmp_path / "old")
+    old = Store(str(tmp_path / "old"), cfg.crawl_id)
+    old.remove(old.state("digest_keys"))
+    digests = store.read_tables(digest_files(store, last), DIGESTS_SCHEMA, columns=["payload_digest"])
+    asked = digests.column("payload_digest").to_pylist() + [_real_digest(7)[0]]
+    with_file, without = KnownDigests(store, last, {}), KnownDigests(old, last, {})
+    assert [with_file.get(d) for d in asked] == [without.get(d) for d in asked]
+    assert sum(v is not None for v in (with_file.get(d) for d in asked)) == len(asked) - 1
+
+
 def _real_digest(i: int) -> tuple[str, bytes]:
     import hashlib
 
