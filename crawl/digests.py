@@ -254,13 +254,39 @@ class KnownDigests(MutableMapping[str, Capture]):
         """Nothing to release (kept for callers that close it)."""
 
 
-def load_known_digests(store: Store, version: int,
-                       digests: pa.Array | pa.ChunkedArray | None = None) -> dict[str, Capture] | KnownDigests:
+def captures_file(store: Store, round_no: int) -> str:
+    """Where generate writes the first captures of round ``round_no``'s fetch lists' previous digests."""
+    return store.round_dir(round_no, "captures.parquet")
+
+
+def write_round_captures(store: Store, round_no: int, prev_digests: pa.Array | pa.ChunkedArray) -> None:
+    """Generate: the first captures (table ``round_no - 1``) of every previous digest of the round's fetch
+    lists, once for the round, so that a fetch task reads its own from this small file instead of
+    scanning the digest column of the crawl's whole history (:func:`first_captures`: 3.5 s of CPU for
+    each fetch task at 10 M stored digests, every round; bench/RESULTS.md, "session 15, lead"). A fetch
+    task without the file (fetch lists written by other means) still does that semi-join itself."""
+    if isinstance(prev_digests, pa.ChunkedArray):
+        prev_digests = prev_digests.combine_chunks()
+    want = pc.unique(pc.drop_null(prev_digests))
+    rels = digest_files(store, round_no - 1)
+    t = first_captures(store, rels, want) if len(want) and rels else DIGESTS_SCHEMA.empty_table()
+    store.write_table(captures_file(store, round_no), t, scratch=True)
+
+
+def read_round_captures(store: Store, round_no: int) -> pa.Table | None:
+    """What :func:`write_round_captures` wrote for the round, or None (no such file)."""
+    rel = captures_file(store, round_no)
+    return store.read_table(rel, DIGESTS_SCHEMA) if store.exists(rel) else None
+
+
+def load_known_digests(store: Store, version: int, digests: pa.Array | pa.ChunkedArray | None = None,
+                       captures: pa.Table | None = None) -> dict[str, Capture] | KnownDigests:
     """The first captures a fetch task needs for its revisit decisions.
 
     Without ``digests``: the whole table as a dict. With a fetch list's ``prev_digest`` column: a
-    :class:`KnownDigests` preloaded with those digests' first captures (:func:`first_captures`) that
-    looks any other digest up by key.
+    :class:`KnownDigests` preloaded with those digests' first captures that looks any other digest up
+    by key; the first captures are taken from ``captures`` (the round's, :func:`read_round_captures`)
+    when given, else read by :func:`first_captures`.
     """
     rels = digest_files(store, version)
     if not rels:
@@ -270,9 +296,12 @@ def load_known_digests(store: Store, version: int,
     want = pc.unique(pc.drop_null(digests.combine_chunks() if isinstance(digests, pa.ChunkedArray) else digests))
     preload: dict[str, Capture] = {}
     if len(want):
-        preload = _captures(first_captures(store, rels, want))
+        found = first_captures(store, rels, want) if captures is None else \
+            captures.filter(pc.is_in(captures.column("payload_digest"), value_set=want.cast(pa.string())))
+        preload = _captures(found)
     return KnownDigests(store, version, preload)
 
 
-__all__ = ["DIGESTS_SCHEMA", "KnownDigests", "digest_files", "digest_key", "digest_keys", "first_captures",
-           "keys_from_files", "load_known_digests", "stored_keys", "write_keys"]
+__all__ = ["DIGESTS_SCHEMA", "KnownDigests", "digest_files", "digest_key", "digest_keys", "captures_file",
+           "first_captures", "keys_from_files", "load_known_digests", "read_round_captures", "stored_keys",
+           "write_keys", "write_round_captures"]

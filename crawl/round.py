@@ -22,6 +22,7 @@ import pyarrow.compute as pc
 
 from crawl import crawldb, frontier, schedule, seen
 from crawl.config import ConfigError, CrawlConfig
+from crawl.digests import write_round_captures
 from crawl.errors import FetchStopped, LeaseLost, PartitionFailed, SeedError, StepOrder, permanent_reason
 from crawl.lease import FETCH_PHASE, Lease, held
 from crawl.progress import steps_of
@@ -175,6 +176,7 @@ def _generate(cfg: CrawlConfig, now: datetime | None) -> dict[str, Any]:
     parts = frontier.split(cfg, selected)
     picked = pc.is_in(due_rows.column("url_hash"), value_set=selected.column("url_hash").combine_chunks())
     store.write_table(store.round_dir(n, "selected.parquet"), due_rows.filter(picked))  # before generate.json
+    write_round_captures(store, n, selected.column("prev_digest"))  # for the fetch tasks; before generate.json
     paths = []
     for k, t in enumerate(parts):
         rel = store.part_file(n, "fetchlist", k)

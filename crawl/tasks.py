@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from crawl.config import CrawlConfig
-from crawl.digests import DIGESTS_SCHEMA, load_known_digests  # noqa: F401 - re-exported (update, tests)
+from crawl.digests import DIGESTS_SCHEMA, load_known_digests, read_round_captures  # noqa: F401 - re-exported (update, tests)
 from crawl.errors import FetchStopped
 from crawl.lease import token_is_current
 from crawl.records import (
@@ -165,7 +165,8 @@ def fetch_task(cfg: CrawlConfig, round_no: int, part: int, now: datetime, token:
             root=cfg.root,
             warc_prefix=warc_prefix,
             now=now,
-            known_digests=load_known_digests(store, round_no - 1, fetchlist.column("prev_digest")),
+            known_digests=load_known_digests(store, round_no - 1, fetchlist.column("prev_digest"),
+                                             read_round_captures(store, round_no)),
             robots_cache=load_robots_cache(store, round_no - 1),
             should_continue=go_on,
             checkpoint=checkpoints.save if checkpoints is not None else None,

@@ -231,6 +231,32 @@ def test_update_writes_the_digest_keys_of_each_version_and_keeps_two(rounds, tmp
     assert sum(v is not None for v in (with_file.get(d) for d in asked)) == len(asked) - 1
 
 
+def test_generate_writes_the_first_captures_of_its_fetch_lists_digests(rounds):
+    """Each round's generate writes, once for its fetch tasks, the first capture of every previous digest
+    of its fetch lists, as the whole digest table of the version they fetch against has it."""
+    import pyarrow.compute as pc
+
+    from crawl.digests import read_round_captures
+    from crawl.records import FETCHLIST_SCHEMA
+    from crawl.tasks import load_known_digests
+
+    cfg, *_ = rounds
+    store = Store(cfg.root, cfg.crawl_id)
+    checked = 0
+    for n in range(2, store.current_round() + 1):
+        lists = store.read_tables(store.part_files(n, "fetchlist"), FETCHLIST_SCHEMA)
+        prev = set(pc.drop_null(lists.column("prev_digest")).to_pylist())
+        full = load_known_digests(store, n - 1)
+        got = read_round_captures(store, n)
+        assert got is not None, n
+        times = [t.isoformat() for t in got.column("fetch_time").to_pylist()]
+        urls = got.column("url").to_pylist()
+        assert dict(zip(got.column("payload_digest").to_pylist(), zip(urls, times, strict=True), strict=True)) == \
+            {d: full[d] for d in prev}, n
+        checked += len(prev)
+    assert checked
+
+
 def _real_digest(i: int) -> tuple[str, bytes]:
     import hashlib
 
