@@ -8,18 +8,20 @@ WARC revisit record instead of a second copy. Loading it whole into every fetch 
 time and memory grow with the crawl's history (a Python dict of 1 M entries is ~0.5 GB and seconds
 per task). :class:`KnownDigests` instead holds
 
-- the first captures of the fetch list's own previous digests, read by a semi-join over the Parquet
-  files (an unchanged page -- the common revisit -- is answered from memory), and
+- the first captures of the fetch list's own previous digests, which generate found once for the
+  whole round by a semi-join over the Parquet files (:func:`write_round_captures`; an unchanged page
+  -- the common revisit -- is answered from memory), and
 - a sorted array of 64-bit keys (:func:`digest_keys`: the first 60 bits of each SHA-1, read on the
   first miss from the keys file update writes beside the table, :func:`write_keys`): 8 bytes per
-  stored digest; only a key hit (another URL's earlier
-  capture of the same body, rare) reads the matching row from the file. A miss is answered in
+  stored digest; only a key hit (another URL's earlier capture of the same body) reads the matching
+  row from the files -- a scan of their digest column, O(stored digests) per hit, left as it was
+  (bench/RESULTS.md, "session 15, lead"). A miss is answered in
   Python (:func:`digest_key`, ~1 µs): it used to ask DuckDB for the digest's ``hash``, a query of
   ~0.45 ms CPU on the WARC writer thread for every new or changed page of a recrawl round.
 
 So a revisit of another URL's capture from an earlier round is still a revisit, as before.
 
-Both reads are Arrow's (:func:`first_captures`: the digest column a row group at a time, the URL and time
+The semi-join and the key hit's read are Arrow's (:func:`first_captures`: the digest column a row group at a time, the URL and time
 only of row groups with a match), not DuckDB's: a fetch task's only DuckDB work was this semi-join, and
 importing DuckDB and opening a database cost each worker ~0.1-0.15 s of CPU before the first request of
 its first recrawl round, for a query that reads a few kilobytes at that size and, at any size, one column
