@@ -114,13 +114,27 @@ def _captures(t: pa.Table) -> dict[str, Capture]:
                     strict=True))
 
 
+def _file_version(rel: str) -> int | None:
+    """The version in a versioned file's name (``.../v=NNNNN.ext``), or None for any other name."""
+    v = rel.rsplit("v=", 1)[-1].split(".", 1)[0]
+    return int(v) if v.isdigit() else None
+
+
+def _flat(digests: pa.Array | pa.ChunkedArray) -> pa.Array:
+    return digests.combine_chunks() if isinstance(digests, pa.ChunkedArray) else digests
+
+
+def _distinct(digests: pa.Array | pa.ChunkedArray) -> pa.Array:
+    """The distinct non-null digests of a column (a fetch list's ``prev_digest``)."""
+    return pc.unique(pc.drop_null(_flat(digests))).cast(pa.string())
+
+
 def digest_files(store: Store, version: int) -> list[str]:
     """The files that make up the digest table of ``version`` (those of rounds 1..version)."""
     if version <= 0:
         return []
-    rels = store.ls(store.state("digests"))
-    return [r for r in rels if r.endswith(".parquet") and r.rsplit("v=", 1)[-1].split(".", 1)[0].isdigit()
-            and int(r.rsplit("v=", 1)[-1].split(".", 1)[0]) <= version]
+    return [r for r in store.ls(store.state("digests"))
+            if r.endswith(".parquet") and (v := _file_version(r)) is not None and v <= version]
 
 
 def first_captures(store: Store, rels: list[str], want: pa.Array) -> pa.Table:
@@ -188,14 +202,11 @@ def write_keys(store: Store, round_no: int, new_digests: pa.Array | pa.ChunkedAr
     next round's) are kept: a missing file is derived from the digest files again, so removing one never
     changes an answer."""
     old = stored_keys(store, round_no - 1)
-    if isinstance(new_digests, pa.ChunkedArray):
-        new_digests = new_digests.combine_chunks()
-    new = np.sort(digest_keys(new_digests))
+    new = np.sort(digest_keys(_flat(new_digests)))  # every row's key, as keys_from_files gives them
     merged = np.insert(old, np.searchsorted(old, new), new)
     store.write_bytes(store.digest_keys_file(round_no), merged.astype(KEYS_DTYPE, copy=False).tobytes())
     for rel in store.ls(store.state("digest_keys")):
-        v = rel.rsplit("v=", 1)[-1].split(".", 1)[0]
-        if v.isdigit() and int(v) < round_no - 1:
+        if (v := _file_version(rel)) is not None and v < round_no - 1:
             store.remove(rel)
 
 
@@ -267,9 +278,7 @@ def write_round_captures(store: Store, round_no: int, prev_digests: pa.Array | p
     scanning the digest column of the crawl's whole history (:func:`first_captures`: 3.5 s of CPU for
     each fetch task at 10 M stored digests, every round; bench/RESULTS.md, "session 15, lead"). A fetch
     task without the file (fetch lists written by other means) still does that semi-join itself."""
-    if isinstance(prev_digests, pa.ChunkedArray):
-        prev_digests = prev_digests.combine_chunks()
-    want = pc.unique(pc.drop_null(prev_digests))
+    want = _distinct(prev_digests)
     rels = digest_files(store, round_no - 1)
     t = first_captures(store, rels, want) if len(want) and rels else DIGESTS_SCHEMA.empty_table()
     store.write_table(captures_file(store, round_no), t, scratch=True)
@@ -295,11 +304,11 @@ def load_known_digests(store: Store, version: int, digests: pa.Array | pa.Chunke
         return {}
     if digests is None:
         return _captures(store.read_tables(rels, DIGESTS_SCHEMA).sort_by([("fetch_time", "descending")]))
-    want = pc.unique(pc.drop_null(digests.combine_chunks() if isinstance(digests, pa.ChunkedArray) else digests))
+    want = _distinct(digests)
     preload: dict[str, Capture] = {}
     if len(want):
         found = first_captures(store, rels, want) if captures is None else \
-            captures.filter(pc.is_in(captures.column("payload_digest"), value_set=want.cast(pa.string())))
+            captures.filter(pc.is_in(captures.column("payload_digest"), value_set=want))
         preload = _captures(found)
     return KnownDigests(store, version, preload)
 
