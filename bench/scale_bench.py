@@ -68,7 +68,7 @@ def build_state(cfg, n_urls: int, due: pa.Table, now: datetime, seed: int = 7,
     """Write a published crawl state of ``n_urls`` known URLs (``due`` rows due now, unless ``none_due``)
     under ``cfg.root``."""
     from crawl import crawldb, seen
-    from crawl.digests import write_keys
+    from crawl.digests import ROW_GROUP_ROWS, write_keys
     from crawl.index import LINKS_SCHEMA
     from crawl.store import Store
     from crawl.tasks import DIGESTS_SCHEMA
@@ -134,7 +134,7 @@ def build_state(cfg, n_urls: int, due: pa.Table, now: datetime, seed: int = 7,
         bloom.save(store.url(store.seen_file(rnd, s, "bloom")))
     # the digest table: first capture of every payload digest
     dg = pa.table({"payload_digest": digests, "url": url, "fetch_time": _ts(fetch_s)}).cast(DIGESTS_SCHEMA)
-    store.write_table(store.digests_file(rnd), dg.sort_by("payload_digest"))
+    store.write_table(store.digests_file(rnd), dg.sort_by("payload_digest"), row_group_size=ROW_GROUP_ROWS)
     write_keys(store, rnd, digests)  # and its keys file, as update writes it
     del dg, db
     # link files of every history round: uniform sources, Zipf-like targets (power-law in-degree)

@@ -14,8 +14,9 @@ per task). :class:`KnownDigests` instead holds
 - a sorted array of 64-bit keys (:func:`digest_keys`: the first 60 bits of each SHA-1, read on the
   first miss from the keys file update writes beside the table, :func:`write_keys`): 8 bytes per
   stored digest; only a key hit (another URL's earlier capture of the same body) reads the matching
-  row from the files -- a scan of their digest column, O(stored digests) per hit, left as it was
-  (bench/RESULTS.md, "session 15, lead"). A miss is answered in
+  row from the files: the rounds file update writes beside the keys names the round file(s) that
+  hold it, and that file's digest statistics the one row group (bench/RESULTS.md, "session 16,
+  lead"; before, each hit scanned the digest column of every file, ~3 s at 10 M). A miss is answered in
   Python (:func:`digest_key`, ~1 µs): it used to ask DuckDB for the digest's ``hash``, a query of
   ~0.45 ms CPU on the WARC writer thread for every new or changed page of a recrawl round.
 
@@ -30,11 +31,13 @@ the task's first miss reads whole anyway (bench/RESULTS.md, "session 15, helper 
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Iterator, MutableMapping
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from crawl.fingerprint import B32_ALPHABET
 from crawl.store import Store
@@ -62,6 +65,8 @@ _PREFIX = np.frombuffer(b"sha1:", np.uint8)
 
 
 KEYS_DTYPE = np.dtype("<u8")  # a keys file: the sorted keys, little-endian, nothing else
+ROUNDS_DTYPE = np.dtype("<u4")  # a rounds file: the round of each key's digest file, in the keys' order
+ROW_GROUP_ROWS = 1 << 15  # rows per row group of a digest file (a key hit reads one; bench/digest_hit_bench.py)
 
 
 def digest_key(digest: str) -> int:
@@ -137,24 +142,35 @@ def digest_files(store: Store, version: int) -> list[str]:
             if r.endswith(".parquet") and (v := _file_version(r)) is not None and v <= version]
 
 
-def first_captures(store: Store, rels: list[str], want: pa.Array) -> pa.Table:
+def first_captures(store: Store, rels: list[str], want: pa.Array,
+                   footers: dict[str, _Footer] | None = None) -> pa.Table:
     """The first capture (DIGESTS_SCHEMA: earliest ``fetch_time``, then the smallest URL) of each digest
     of ``want`` that the digest files ``rels`` hold, one row per digest, in digest order.
 
-    A semi-join in Arrow: each row group's digest column is read and matched against ``want``; the URL
-    and time columns are read only for row groups with a match."""
-    import pyarrow.parquet as pq
-
+    A semi-join in Arrow, a row group at a time. A row group whose digest statistics (min, max) hold no
+    wanted digest is not read: update writes each digest file sorted by digest in row groups of
+    :data:`ROW_GROUP_ROWS`, so a single digest reads one row group of a file. ``footers`` keeps each
+    file's footer and row-group bounds for the next call (a fetch task's key hits): parsing them is most
+    of a hit's cost at 10 M stored digests (bench/RESULTS.md, "session 16, lead")."""
     want = want.cast(pa.string())
+    wanted = sorted(set(pc.drop_null(want).to_pylist()))
+    if not wanted:
+        return DIGESTS_SCHEMA.empty_table()
+    footers = {} if footers is None else footers
     parts = []
     for rel in rels:
         with store.fs.open(store.abs(rel), "rb") as fh:
-            pf = pq.ParquetFile(fh)
-            for g in range(pf.num_row_groups):
-                hit = pc.is_in(pf.read_row_group(g, columns=["payload_digest"]).column(0), value_set=want)
+            if rel not in footers:
+                footers[rel] = _footer(pq.ParquetFile(fh).metadata)
+            meta, bounds = footers[rel]
+            pf = pq.ParquetFile(fh, metadata=meta)
+            for g, b in enumerate(bounds):
+                if b is not None and not _holds_any(b, wanted):
+                    continue
+                rows = pf.read_row_group(g, columns=DIGESTS_SCHEMA.names)
+                hit = pc.is_in(rows.column("payload_digest"), value_set=want)
                 if pc.any(hit).as_py():
-                    rows = pf.read_row_group(g, columns=DIGESTS_SCHEMA.names).filter(hit)
-                    parts.append(rows.cast(DIGESTS_SCHEMA))
+                    parts.append(rows.filter(hit).cast(DIGESTS_SCHEMA))
     if not parts:
         return DIGESTS_SCHEMA.empty_table()
     t = pa.concat_tables(parts).sort_by([("payload_digest", "ascending"), ("fetch_time", "ascending"),
@@ -166,45 +182,97 @@ def first_captures(store: Store, rels: list[str], want: pa.Array) -> pa.Table:
     return t.filter(pa.array(first))
 
 
-def keys_from_files(store: Store, rels: list[str]) -> np.ndarray:
-    """The sorted keys of every digest the files ``rels`` hold, a column batch at a time."""
-    import pyarrow.parquet as pq
+_Footer = tuple[pq.FileMetaData, list[tuple[str, str] | None]]  # a file's footer; each row group's digest bounds
 
-    parts = []
-    for rel in rels:
-        with store.fs.open(store.abs(rel), "rb") as fh:
-            for batch in pq.ParquetFile(fh).iter_batches(batch_size=1 << 20, columns=["payload_digest"]):
-                parts.append(digest_keys(batch.column(0)))
+
+def _footer(meta: pq.FileMetaData) -> _Footer:
+    """A digest file's footer and each row group's (min, max) digest, None where not known (no statistics)."""
+    col = meta.schema.to_arrow_schema().get_field_index("payload_digest")
+    bounds: list[tuple[str, str] | None] = []
+    for g in range(meta.num_row_groups):
+        st = meta.row_group(g).column(col).statistics
+        ok = st is not None and st.has_min_max and isinstance(st.min, str) and isinstance(st.max, str)
+        bounds.append((st.min, st.max) if ok else None)
+    return meta, bounds
+
+
+def _holds_any(bounds: tuple[str, str], wanted: list[str]) -> bool:
+    """Whether any of ``wanted`` (sorted) lies within a row group's (min, max) digest."""
+    i = bisect_left(wanted, bounds[0])
+    return i < len(wanted) and wanted[i] <= bounds[1]
+
+
+def _file_keys(store: Store, rel: str) -> Iterator[np.ndarray]:
+    """The keys of a digest file's rows, in file order, a column batch at a time."""
+    with store.fs.open(store.abs(rel), "rb") as fh:
+        for batch in pq.ParquetFile(fh).iter_batches(batch_size=1 << 20, columns=["payload_digest"]):
+            yield digest_keys(batch.column(0))
+
+
+def keys_from_files(store: Store, rels: list[str]) -> np.ndarray:
+    """The sorted keys of every digest the files ``rels`` hold."""
+    parts = [k for rel in rels for k in _file_keys(store, rel)]
     return np.sort(np.concatenate(parts)) if parts else np.zeros(0, np.uint64)
 
 
-def stored_keys(store: Store, version: int, rels: list[str] | None = None) -> np.ndarray:
-    """The sorted keys of table ``version``'s digests: its keys file (:func:`write_keys`) when update wrote
-    one, else derived from the digest files (a crawl from before the keys files, or a lost file)."""
-    if version <= 0:
-        return np.zeros(0, np.uint64)
+def _index_from_files(store: Store, rels: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`keys_from_files` and the round of each key's file (the rounds file's contents)."""
+    keys, rounds = [], []
+    for rel in rels:
+        for k in _file_keys(store, rel):
+            keys.append(k)
+            rounds.append(np.full(k.size, _file_version(rel) or 0, ROUNDS_DTYPE))
+    if not keys:
+        return np.zeros(0, np.uint64), np.zeros(0, ROUNDS_DTYPE)
+    k = np.concatenate(keys)
+    order = np.argsort(k, kind="stable")
+    return k[order], np.concatenate(rounds)[order]
+
+
+def _read_keys(store: Store, version: int) -> np.ndarray | None:
+    """Version ``version``'s keys file, or None (not written, or removed)."""
     rel = store.digest_keys_file(version)
-    if store.exists(rel):
-        return np.frombuffer(store.read_bytes(rel), KEYS_DTYPE)
-    return keys_from_files(store, digest_files(store, version) if rels is None else rels)
+    return np.frombuffer(store.read_bytes(rel), KEYS_DTYPE) if version > 0 and store.exists(rel) else None
+
+
+def _has_rounds(store: Store, version: int, n_keys: int) -> bool:
+    """Whether version ``version`` has a rounds file that goes with its keys file of ``n_keys`` keys (one
+    round a key): a crawl from before the rounds files, or a lost file, has none."""
+    rel = store.digest_rounds_file(version)
+    return store.exists(rel) and store.fs.size(store.abs(rel)) == n_keys * ROUNDS_DTYPE.itemsize
+
+
+def _stored_index(store: Store, version: int) -> tuple[np.ndarray, np.ndarray]:
+    """Version ``version``'s keys and rounds, from its files when both go together, else derived."""
+    keys = _read_keys(store, version)
+    if keys is not None and _has_rounds(store, version, keys.size):
+        return keys, np.frombuffer(store.read_bytes(store.digest_rounds_file(version)), ROUNDS_DTYPE)
+    return _index_from_files(store, digest_files(store, version))
 
 
 def write_keys(store: Store, round_no: int, new_digests: pa.Array | pa.ChunkedArray) -> None:
-    """Version ``round_no``'s keys file: the previous version's keys merged with those of the digests
-    first captured this round (update's digest file of the round), then the keys files no step can
+    """Version ``round_no``'s keys file and rounds file: the previous version's merged with those of the
+    digests first captured this round (update's digest file of the round), then the files no step can
     read any more removed.
 
-    Why a file: a fetch task's first miss needs the keys of every stored digest, and deriving them from
-    the digest files (a string column of 37 bytes a digest, keyed and sorted) cost each fetch task
+    Why a keys file: a fetch task's first miss needs the keys of every stored digest, and deriving them
+    from the digest files (a string column of 37 bytes a digest, keyed and sorted) cost each fetch task
     ~4.3 s of CPU at 10 M stored digests, every task, every round; reading 8 bytes a digest already
-    sorted is a plain read (bench/RESULTS.md, "session 15, lead"). The merge is a linear insert, not a
-    sort. Only versions ``round_no - 1`` (a rerun of this round's fetch reads it) and ``round_no`` (the
-    next round's) are kept: a missing file is derived from the digest files again, so removing one never
-    changes an answer."""
-    old = stored_keys(store, round_no - 1)
+    sorted is a plain read (bench/RESULTS.md, "session 15, lead"). Why a rounds file (4 bytes a digest,
+    the round whose digest file holds it, in key order): a key hit -- a body another URL stored in an
+    earlier round -- reads the few bytes of its keys' rounds and then one row group of that round's file,
+    instead of the digest column of the crawl's whole history (~3 s of CPU a hit at 10 M; bench/RESULTS.md,
+    "session 16, lead"). The merge is a linear insert, not a sort. Only versions ``round_no - 1`` (a rerun
+    of this round's fetch reads it) and ``round_no`` (the next round's) are kept: a missing or mismatched
+    file is derived from the digest files again, so removing one never changes an answer."""
+    old, old_rounds = _stored_index(store, round_no - 1) if round_no > 1 else \
+        (np.zeros(0, np.uint64), np.zeros(0, ROUNDS_DTYPE))
     new = np.sort(digest_keys(_flat(new_digests)))  # every row's key, as keys_from_files gives them
-    merged = np.insert(old, np.searchsorted(old, new), new)
-    store.write_bytes(store.digest_keys_file(round_no), merged.astype(KEYS_DTYPE, copy=False).tobytes())
+    at = np.searchsorted(old, new)
+    rounds = np.insert(old_rounds, at, np.full(new.size, round_no, ROUNDS_DTYPE))
+    store.write_bytes(store.digest_rounds_file(round_no), rounds.astype(ROUNDS_DTYPE, copy=False).tobytes())
+    keys = np.insert(old, at, new)  # written after the rounds file, which a reader takes only beside it
+    store.write_bytes(store.digest_keys_file(round_no), keys.astype(KEYS_DTYPE, copy=False).tobytes())
     for rel in store.ls(store.state("digest_keys")):
         if (v := _file_version(rel)) is not None and v < round_no - 1:
             store.remove(rel)
@@ -222,24 +290,41 @@ class KnownDigests(MutableMapping[str, Capture]):
         self._version = version
         self._rels = digest_files(store, version)
         self._keys: np.ndarray | None = None
-        self.file_lookups = 0  # rows read from the file after a key hit (diagnostics, tests)
+        self._rounds = False  # whether the rounds file goes with the keys read
+        self.file_lookups = 0  # key hits, each read from the digest files (diagnostics, tests)
+        self.files_read = 0  # digest files those reads opened
+        self._footers: dict[str, _Footer] = {}  # footers and row-group bounds of the files read
 
     def _load_keys(self) -> np.ndarray:
-        """The sorted keys of every stored digest, read once (:func:`stored_keys`)."""
+        """The sorted keys of every stored digest, read once: the keys file, else derived from the files."""
         if self._keys is None:
-            self._keys = stored_keys(self._store, self._version, self._rels)
+            keys = _read_keys(self._store, self._version) if self._rels else None
+            self._rounds = keys is not None and _has_rounds(self._store, self._version, keys.size)
+            self._keys = keys if keys is not None else keys_from_files(self._store, self._rels)
         return self._keys
+
+    def _files_of(self, lo: int, hi: int) -> list[str]:
+        """The digest files that hold the digests of keys ``lo``..``hi``: those the rounds file names
+        (a ranged read of 4 bytes a key), else every file of the table."""
+        if not self._rounds:
+            return self._rels
+        raw = self._store.read_bytes(self._store.digest_rounds_file(self._version),
+                                     lo * ROUNDS_DTYPE.itemsize, hi * ROUNDS_DTYPE.itemsize)
+        names = {self._store.digests_file(int(r)) for r in np.frombuffer(raw, ROUNDS_DTYPE)}
+        return [rel for rel in self._rels if rel in names]
 
     def _from_file(self, digest: str) -> Capture | None:
         if not self._rels:
             return None
         keys = self._load_keys()
         key = np.uint64(digest_key(digest))
-        i = int(np.searchsorted(keys, key))
-        if i >= keys.size or keys[i] != key:
+        lo = int(np.searchsorted(keys, key))
+        if lo >= keys.size or keys[lo] != key:
             return None
         self.file_lookups += 1
-        found = _captures(first_captures(self._store, self._rels, pa.array([digest], pa.string())))
+        rels = self._files_of(lo, int(np.searchsorted(keys, key, side="right")))
+        self.files_read += len(rels)
+        found = _captures(first_captures(self._store, rels, pa.array([digest], pa.string()), self._footers))
         return found.get(digest)  # None: a 64-bit key collision
 
     def __getitem__(self, digest: str) -> Capture:
@@ -314,5 +399,5 @@ def load_known_digests(store: Store, version: int, digests: pa.Array | pa.Chunke
 
 
 __all__ = ["DIGESTS_SCHEMA", "KnownDigests", "digest_files", "digest_key", "digest_keys", "captures_file",
-           "first_captures", "keys_from_files", "load_known_digests", "read_round_captures", "stored_keys",
+           "first_captures", "keys_from_files", "load_known_digests", "read_round_captures",
            "write_keys", "write_round_captures"]

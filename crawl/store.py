@@ -18,6 +18,7 @@ Layout under the root (a local folder or any fsspec URL such as ``s3://bucket/pr
     state/crawl=ID/seen/v=NNNNN/shard=SS.{parquet,bloom}      seen-set and Bloom filter
     state/crawl=ID/digests/v=NNNNN.parquet                    digests first captured in round N (table N: v ≤ N)
     state/crawl=ID/digest_keys/v=NNNNN.u64                    sorted 64-bit keys of table N's digests (crawl.digests)
+    state/crawl=ID/digest_keys/v=NNNNN.rounds.u32             the round of each key's digest file, in key order
     state/crawl=ID/robots/v=NNNNN.parquet                     robots.txt cache (TTL)
     state/crawl=ID/rounds/NNNNN/...                           per-round working files + manifest.json
     state/crawl=ID/rounds/NNNNN/staged/<any path above>       a round's outputs until it is published
@@ -121,6 +122,9 @@ class Store:
     def digest_keys_file(self, version: int) -> str:
         return self.state("digest_keys", f"v={version:05d}.u64")
 
+    def digest_rounds_file(self, version: int) -> str:
+        return self.state("digest_keys", f"v={version:05d}.rounds.u32")
+
     def robots_file(self, version: int) -> str:
         return self.state("robots", f"v={version:05d}.parquet")
 
@@ -181,8 +185,9 @@ class Store:
             return
         self.write_bytes(dst, self.read_bytes(src))
 
-    def read_bytes(self, rel: str) -> bytes:
-        return self.fs.cat_file(self.abs(rel))
+    def read_bytes(self, rel: str, start: int | None = None, end: int | None = None) -> bytes:
+        """The file's bytes, or bytes ``start``..``end`` of it (one ranged read on an object store)."""
+        return self.fs.cat_file(self.abs(rel), start=start, end=end)
 
     def write_json(self, rel: str, obj: Any) -> None:
         self.write_bytes(rel, json.dumps(obj, indent=2, sort_keys=True, default=str).encode())
@@ -192,11 +197,13 @@ class Store:
             return default
         return json.loads(self.read_bytes(rel))
 
-    def write_table(self, rel: str, table: pa.Table, scratch: bool = False) -> None:
+    def write_table(self, rel: str, table: pa.Table, scratch: bool = False,
+                    row_group_size: int | None = None) -> None:
         """``table`` as a Parquet file at ``rel`` (atomically). ``scratch``: a working file a later step
-        of the round reads whole (:func:`parquet_options`), not an output users query."""
+        of the round reads whole (:func:`parquet_options`), not an output users query.
+        ``row_group_size``: rows per row group (pyarrow's default when None)."""
         sink = pa.BufferOutputStream()
-        pq.write_table(table, sink, **parquet_options(table, scratch))
+        pq.write_table(table, sink, row_group_size=row_group_size, **parquet_options(table, scratch))
         self.write_bytes(rel, sink.getvalue().to_pybytes())
 
     def write_tables(self, items: Sequence[tuple[str, pa.Table | None]], threads: int = 4,

@@ -672,7 +672,7 @@ def _write_digests(store: Store, round_no: int, fetched: pa.Table) -> None:
     """The digests first captured this round (crawl.digests: version N's table is the files of rounds
     1..N), found by a semi-join of the round's digests against the earlier files' digest column, and
     version N's keys file (:func:`crawl.digests.write_keys`)."""
-    from crawl.digests import digest_files, write_keys
+    from crawl.digests import ROW_GROUP_ROWS, digest_files, write_keys
 
     con = duck.for_store(store)
     con.register("f", fetched)
@@ -688,7 +688,7 @@ def _write_digests(store: Store, round_no: int, fetched: pa.Table) -> None:
         "]) WHERE payload_digest IN (SELECT payload_digest FROM cur)"
     t = con.sql(f"SELECT * FROM cur WHERE payload_digest NOT IN ({old}) ORDER BY 1").to_arrow_table()
     con.close()
-    store.write_table(store.digests_file(round_no), t.cast(DIGESTS_SCHEMA))
+    store.write_table(store.digests_file(round_no), t.cast(DIGESTS_SCHEMA), row_group_size=ROW_GROUP_ROWS)
     write_keys(store, round_no, t.column("payload_digest"))  # after the table it is derived from
 
 

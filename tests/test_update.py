@@ -205,22 +205,30 @@ def test_fetch_task_reads_only_the_digests_of_its_fetch_list(tmp_path):
 
 
 def test_update_writes_the_digest_keys_of_each_version_and_keeps_two(rounds, tmp_path):
-    """Each round's update writes its version's keys file: the sorted keys of every digest of rounds
-    1..N, equal to what the digest files themselves give; only the two newest versions' files stay
-    (this round's fetch rerun and the next round's fetch read them), and a fetch task's lookups answer
-    the same with the file as without it (a crawl from before the keys files)."""
+    """Each round's update writes its version's keys file and rounds file: the sorted keys of every
+    digest of rounds 1..N, equal to what the digest files themselves give, and beside each key the round
+    whose file holds its digest; only the two newest versions' files stay (this round's fetch rerun and
+    the next round's fetch read them). A fetch task's lookups answer the same with the files as without
+    them (a crawl from before them), and a key hit reads only its round's file."""
     import shutil
 
-    from crawl.digests import DIGESTS_SCHEMA, KnownDigests, digest_files, keys_from_files
+    from crawl.digests import DIGESTS_SCHEMA, KnownDigests, digest_files, digest_keys, keys_from_files
 
     cfg, *_ = rounds
     store = Store(cfg.root, cfg.crawl_id)
     last = store.current_round()
     assert last >= 3
-    assert store.ls(store.state("digest_keys")) == [store.digest_keys_file(v) for v in (last - 1, last)]
+    assert store.ls(store.state("digest_keys")) == [
+        f(v) for v in (last - 1, last) for f in (store.digest_rounds_file, store.digest_keys_file)]
     for v in (last - 1, last):
         stored = np.frombuffer(store.read_bytes(store.digest_keys_file(v)), "<u8")
         assert stored.size and np.array_equal(stored, keys_from_files(store, digest_files(store, v)))
+        round_of = {}  # each digest's key -> the round of the file that holds it, from the files themselves
+        for r in range(1, v + 1):
+            col = store.read_table(store.digests_file(r), columns=["payload_digest"]).column(0).combine_chunks()
+            round_of.update(dict.fromkeys(digest_keys(col).tolist(), r))
+        rounds_file = np.frombuffer(store.read_bytes(store.digest_rounds_file(v)), "<u4")
+        assert rounds_file.tolist() == [round_of[k] for k in stored.tolist()]
     shutil.copytree(cfg.root, tmp_path / "old")
     old = Store(str(tmp_path / "old"), cfg.crawl_id)
     old.remove(old.state("digest_keys"))
@@ -229,6 +237,10 @@ def test_update_writes_the_digest_keys_of_each_version_and_keeps_two(rounds, tmp
     with_file, without = KnownDigests(store, last, {}), KnownDigests(old, last, {})
     assert [with_file.get(d) for d in asked] == [without.get(d) for d in asked]
     assert sum(v is not None for v in (with_file.get(d) for d in asked)) == len(asked) - 1
+    hits = len(asked) - 1
+    assert with_file.file_lookups == without.file_lookups == hits
+    assert with_file.files_read == hits  # one round's file a hit
+    assert without.files_read == hits * len(digest_files(store, last))  # every file a hit
 
 
 def test_generate_writes_the_first_captures_of_its_fetch_lists_digests(rounds):
@@ -292,6 +304,47 @@ def test_stored_digests_are_found_by_key_and_a_miss_reads_no_file(tmp_path):
     assert all(known.get(_real_digest(i)[0]) is None for i in range(5000, 5500))
     assert known.file_lookups == before  # no key of a fresh digest matched: the file was not read
     known.close()
+
+
+def test_a_key_hit_reads_the_row_groups_of_its_rounds_files(tmp_path):
+    """Digest files in small sorted row groups and the keys and rounds files write_keys makes (round 2's
+    rounds file lost, as in a crawl from before them): every stored digest is found with its first
+    capture, as the whole table has it, from only the file(s) of its round(s); a digest stored in two
+    rounds' files is read from both, and its earliest capture wins; a fresh digest reads nothing."""
+    import pyarrow as pa
+
+    from crawl.digests import KnownDigests, first_captures, write_keys
+    from crawl.tasks import DIGESTS_SCHEMA, load_known_digests
+
+    store = Store(str(tmp_path), "rg")
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
+    for v in (1, 2, 3):
+        ids = range((v - 1) * 400, v * 400 + 50)  # 50 digests again in the next round's file (later captures)
+        t = pa.table({"payload_digest": [_real_digest(i)[0] for i in ids],
+                      "url": [f"http://h.test/{v}/{i}" for i in ids],
+                      "fetch_time": [t0 + timedelta(days=v, seconds=i) for i in ids]}).cast(DIGESTS_SCHEMA)
+        store.write_table(store.digests_file(v), t.sort_by("payload_digest"), row_group_size=64)
+        write_keys(store, v, t.column("payload_digest"))
+        if v == 2:
+            store.remove(store.digest_rounds_file(2))  # round 3's write derives its rounds from the files
+    full = load_known_digests(store, 3)
+    assert len(full) == 1250
+    known = KnownDigests(store, 3, {})
+    twice = {_real_digest(i)[0] for v in (1, 2) for i in range(v * 400, v * 400 + 50)}
+    expected_reads = 0
+    for i in range(1250):
+        d = _real_digest(i)[0]
+        assert known.get(d) == full[d], i
+        expected_reads += 2 if d in twice else 1
+    assert known.file_lookups == 1250 and known.files_read == expected_reads
+    assert all(known.get(_real_digest(i)[0]) is None for i in range(5000, 5200)) and known.file_lookups == 1250
+    # the semi-join over every file, row groups pruned by their statistics, gives the whole table's answers
+    asked = [_real_digest(i)[0] for i in range(0, 1300, 3)]
+    got = first_captures(store, [store.digests_file(v) for v in (1, 2, 3)], pa.array(asked + [None]))
+    times = [ts.isoformat() for ts in got.column("fetch_time").to_pylist()]
+    urls = got.column("url").to_pylist()
+    assert dict(zip(got.column("payload_digest").to_pylist(), zip(urls, times, strict=True), strict=True)) == \
+        {d: full[d] for d in asked if d in full}
 
 
 @given(st.one_of(
