@@ -16,7 +16,7 @@ per task). :class:`KnownDigests` instead holds
   stored digest; only a key hit (another URL's earlier capture of the same body) reads the matching
   row from the files: the rounds file update writes beside the keys names the round file(s) that
   hold it, and that file's digest statistics the one row group (bench/RESULTS.md, "session 16,
-  lead"; before, each hit scanned the digest column of every file, ~3 s at 10 M). A miss is answered in
+  lead"; before, each hit scanned the digest column of every file, 0.7-0.9 s at 10 M against 4 ms now). A miss is answered in
   Python (:func:`digest_key`, ~1 µs): it used to ask DuckDB for the digest's ``hash``, a query of
   ~0.45 ms CPU on the WARC writer thread for every new or changed page of a recrawl round.
 
@@ -261,7 +261,7 @@ def write_keys(store: Store, round_no: int, new_digests: pa.Array | pa.ChunkedAr
     sorted is a plain read (bench/RESULTS.md, "session 15, lead"). Why a rounds file (4 bytes a digest,
     the round whose digest file holds it, in key order): a key hit -- a body another URL stored in an
     earlier round -- reads the few bytes of its keys' rounds and then one row group of that round's file,
-    instead of the digest column of the crawl's whole history (~3 s of CPU a hit at 10 M; bench/RESULTS.md,
+    instead of the digest column of the crawl's whole history (0.7-0.9 s a hit at 10 M, now ~4 ms; bench/RESULTS.md,
     "session 16, lead"). The merge is a linear insert, not a sort. Only versions ``round_no - 1`` (a rerun
     of this round's fetch reads it) and ``round_no`` (the next round's) are kept: a missing or mismatched
     file is derived from the digest files again, so removing one never changes an answer."""
