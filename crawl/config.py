@@ -16,10 +16,12 @@ bounds from it, so the four can never disagree.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import json
+import logging
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Annotated, Any, Optional, get_type_hints
@@ -373,6 +375,72 @@ PARSER_SPEC_RE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
 _RESOLVE_RE = re.compile(r"^[^=\s]+=[0-9a-fA-F:.\[\]]+:\d{1,5}$")
 
 
+#: The project's own environment variables that are not config keys, each with where it is read (one list;
+#: ``tests/test_config_env.py`` checks every ``CRAWL_*``/``RECRAWL_*`` name the repository uses against it).
+#: ``CRAWL_S3_ACCESS_KEY``/``CRAWL_S3_SECRET_KEY``: docker-compose's MinIO user of the crawler (``.env``),
+#: handed to minio-init and turned into the ``AWS_*``/``FSSPEC_S3_*`` variables the storage libraries read;
+#: the engine never reads them, but an operator's shell that sourced ``.env`` has them next to the keys.
+#: ``RECRAWL_*``: the Airflow deployment's own settings, deliberately outside the ``CRAWL_`` prefix.
+OTHER_ENV: dict[str, str] = {
+    "CRAWL_S3_ACCESS_KEY": "docker-compose.yaml: the crawler's MinIO user (.env)",
+    "CRAWL_S3_SECRET_KEY": "docker-compose.yaml: the crawler's MinIO secret (.env)",
+    "RECRAWL_SCHEDULE": "dags/recrawl.py: the DAG's schedule",
+    "RECRAWL_TASK_RETRIES": "dags/recrawl.py: retries of every task",
+    "RECRAWL_CRAWL_ID": "dags/recrawl.py: the crawl a scheduled run rounds",
+    "RECRAWL_SEEDS_FILE": "dags/recrawl.py: the seeds of a new scheduled crawl",
+    "RECRAWL_DASK_ADDRESSES": "crawl/cluster.py: schedulers a DAG run may name",
+    "RECRAWL_AIRFLOW_API_URL": "plugins/crawl_api.py: where the crawl API reaches Airflow",
+}
+ENV_PREFIX = "CRAWL_"
+# A name at least this similar to a key (difflib's ratio) is a misspelling of it: the typos an operator
+# makes (a dropped or doubled letter, a missing unit suffix, a plural) score 0.8-0.97 against their key,
+# while unrelated names score at most ~0.77 against the nearest one (TIMEOUT/read_timeout_s 0.67,
+# WORKERS/dask_workers 0.74, MAX_BODY_SIZE/max_body_bytes 0.74).
+_TYPO_CUTOFF = 0.8
+_warned_env: set[str] = set()
+log = logging.getLogger(__name__)
+
+
+def did_you_mean(name: str, candidates: Iterable[str], cutoff: float = _TYPO_CUTOFF) -> str | None:
+    """The candidate ``name`` most likely misspells (difflib), or None when none is that close."""
+    match = difflib.get_close_matches(name, list(candidates), n=1, cutoff=cutoff)
+    return match[0] if match else None
+
+
+def _check_env_names(environ: Mapping[str, str], known: set[str]) -> None:
+    """Refuse a ``CRAWL_*`` variable that misspells a key (or a ``RECRAWL_*`` one); warn about the others.
+
+    Why: ``load_config`` reads ``CRAWL_<KEY>`` for the keys only, so a misspelt key (PAGE for PAGES in
+    ``max_pages_per_host``) was silently ignored and the crawl ran without the limit its operator set. A name close to a key (or a ``RECRAWL_*``
+    variable without its ``RE``) is a :class:`ConfigError` naming the variable it probably meant, raised
+    before anything runs. A ``CRAWL_*`` name close to nothing is not refused: the prefix is generic enough
+    for other software to use, and refusing would stop the crawler over a variable that is none of its
+    business; it is named once per process in a warning (it may also be a guess at a key's name).
+    """
+    for var in sorted(environ):
+        if not var.startswith(ENV_PREFIX) or var in OTHER_ENV:
+            continue
+        rest = var[len(ENV_PREFIX):]
+        if rest.lower() in known and rest == rest.upper():
+            continue
+        if "RE" + var in OTHER_ENV:
+            raise ConfigError(f"{var} (environment): no such config key; did you mean RE{var}? "
+                              f"({OTHER_ENV['RE' + var]})")
+        guess = did_you_mean(rest.lower(), known)
+        if guess is not None:
+            raise ConfigError(f"{var} (environment): no such config key; did you mean {ENV_PREFIX}{guess.upper()}?")
+        if var not in _warned_env:
+            _warned_env.add(var)
+            hint = did_you_mean(rest.lower(), known, cutoff=0.6)
+            log.warning("ignoring %s (environment): no such config key%s; the keys are in include/config/crawl.yaml",
+                        var, f" (nearest: {ENV_PREFIX}{hint.upper()})" if hint else "")
+
+
+def _unknown_key(key: str, known: set[str], where: str = "") -> ConfigError:
+    guess = did_you_mean(key, known)
+    return ConfigError(f"{key}: unknown config key{where}" + (f"; did you mean {guess}?" if guess else ""))
+
+
 def _coerce(key: str, typ: Any, value: Any) -> Any:
     """Turn a value from YAML, env or a flag into the field's type, or fail naming the key."""
     type_name = typ if isinstance(typ, str) else getattr(typ, "__name__", str(typ))
@@ -479,7 +547,8 @@ def load_config(
 ) -> CrawlConfig:
     """Build a validated config from defaults < YAML file < ``CRAWL_*`` env < overrides.
 
-    ``None`` values in ``overrides`` mean "not given" (so unset CLI flags fall through).
+    ``None`` values in ``overrides`` mean "not given" (so unset CLI flags fall through). With ``use_env``,
+    a ``CRAWL_*`` variable that misspells a key is a :class:`ConfigError` (:func:`_check_env_names`).
     """
     hints = get_type_hints(CrawlConfig)
     known = {f.name for f in fields(CrawlConfig)}
@@ -497,9 +566,10 @@ def load_config(
             raise ConfigError(f"config file {path}: expected a mapping of keys to values")
         for key, value in data.items():
             if key not in known:
-                raise ConfigError(f"{key}: unknown config key (in {path})")
+                raise _unknown_key(str(key), known, f" (in {path})")
             values[key] = _coerce(key, hints[key], value)
     if use_env:
+        _check_env_names(os.environ, known)
         for key in known:
             env = os.environ.get(f"CRAWL_{key.upper()}")
             if env is not None:
@@ -508,7 +578,7 @@ def load_config(
         if value is None:
             continue
         if key not in known:
-            raise ConfigError(f"{key}: unknown config key")
+            raise _unknown_key(key, known)
         values[key] = _coerce(key, hints[key], value)
     cfg = CrawlConfig(**values)
     _validate(cfg)
@@ -521,7 +591,8 @@ def default_config_path() -> Path:
 
 
 __all__ = [
-    "CRAWL_ID_RE", "ConfigError", "CrawlConfig", "CrawlSettings", "DEFAULT_USER_AGENT", "PRODUCT_TOKEN",
+    "CRAWL_ID_RE", "ENV_PREFIX", "OTHER_ENV", "ConfigError", "CrawlConfig", "CrawlSettings", "DEFAULT_USER_AGENT",
+    "PRODUCT_TOKEN", "did_you_mean",
     "REQUIRED_IN_REQUEST", "SETTING_KEYS", "cli_flag_specs", "default_config_path", "describe", "is_crawl_id",
     "load_config", "param_specs", "render_enabled", "render_globs", "request_model", "setting_default", "setting_schema",
     "setting_type",

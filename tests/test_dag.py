@@ -278,3 +278,24 @@ def test_a_run_naming_its_own_dask_scheduler_fails_without_contacting_it(run_dag
     finally:
         canary.close()
     assert not list(dag_env.glob("*/crawl=owndask*")), "a refused run must write nothing"
+
+
+def test_a_misspelt_crawl_variable_fails_the_run_at_inject_naming_the_key(dag_env: Path, site) -> None:
+    """As any invalid config: the inject task fails at once (AirflowFailException: no retry can fix it), its
+    log naming the variable and the key it probably meant, and nothing is written. ``airflow dags test`` as a
+    process, so the task's log is its output (this process's task logging may be bound to another test's)."""
+    import json
+    import os
+    import re
+    import subprocess
+    import sys
+
+    conf = json.dumps({"crawl_id": "envtypo", "seeds": site.seed_urls(1)})
+    out = subprocess.run([sys.executable, "-m", "airflow", "dags", "test", "recrawl", "-c", conf],
+                         env={**os.environ, "CRAWL_MAX_PAGE_PER_HOST": "5"}, capture_output=True, text=True,
+                         timeout=300)
+    log = out.stdout + out.stderr
+    assert ("AirflowFailException: invalid crawl config: CRAWL_MAX_PAGE_PER_HOST (environment): no such config "
+            "key; did you mean CRAWL_MAX_PAGES_PER_HOST?") in log, log[-3000:]
+    assert "starting task_id=generate" not in log and re.search(r"DagRun Finished: .*state=failed", log), log[-3000:]
+    assert not list(dag_env.glob("*/crawl=envtypo*")), "a refused run must write nothing"
