@@ -33,8 +33,9 @@ class ClusterError(RuntimeError):
 
 
 class StepOrder(RuntimeError):
-    """A step asked for out of order (its round not generated, already or not yet published): bad input
-    for ``crawl step`` (CLI exit code 2), raised before the step writes anything."""
+    """A step asked for out of order (its round not generated, not fetched and parsed in full, not updated,
+    already or not yet published): bad input for ``crawl step`` (CLI exit code 2), raised before the step
+    writes anything; the message names the step to run."""
 
 
 class PartitionFailed(RuntimeError):

@@ -378,6 +378,31 @@ def update(cfg: CrawlConfig, round_no: int, now: datetime | None = None, client:
         return _update_step(cfg, round_no, now, client, early_links)
 
 
+def _check_fetched_and_parsed(store: Store, round_no: int) -> None:
+    """Update's order contract: the round's fetch lists were generated and every one of them was fetched
+    and parsed, else :class:`StepOrder` naming the step to run (before anything is written).
+
+    Why: update merges whatever fetch and parse files it finds, so right after inject (no fetch lists) or
+    after a fetch_parse cut off part-way it ran, and the round's publish then published a round that had
+    fetched nothing or half its partitions. The truth is each generated partition's ``parsed`` marker
+    (the last thing its fetch+parse writes, :func:`crawl.tasks._parse_and_mark`; one listing), not
+    ``fetch_parse.json``: callers that run the tasks themselves (bench/profile_round.py) leave the markers
+    too. A round with no fetch list (nothing due) has nothing to wait for. Markers stay until the round is
+    published, so a rerun of a completed update passes."""
+    gen = store.read_json(store.round_dir(round_no, "generate.json"))
+    if gen is None:
+        raise StepOrder(f"round {round_no}: generate has not run")
+    parts = sorted(part_number(p) for p in gen["partitions"])
+    marked = set(store.ls(store.round_dir(round_no, "parsed")))
+    missing = [k for k in parts if store.part_file(round_no, "parsed", k, "done") not in marked]
+    if len(missing) == len(parts) and parts:
+        raise StepOrder(f"round {round_no}: fetch_parse has not run")
+    if missing:
+        raise StepOrder(f"round {round_no}: fetch_parse has not finished: {len(missing)} of {len(parts)} "
+                        f"partitions not fetched and parsed ({', '.join(f'{k:03d}' for k in missing[:10])}"
+                        f"{', ...' if len(missing) > 10 else ''}); run it again")
+
+
 def _update_step(cfg: CrawlConfig, round_no: int, now: datetime | None, client: Any,
                  early_links: EarlyLinks | None = None) -> dict[str, Any]:
     from crawl.update import update as _update
@@ -385,6 +410,7 @@ def _update_step(cfg: CrawlConfig, round_no: int, now: datetime | None, client: 
     store = _store(cfg)
     if store.current_round() >= round_no:
         raise StepOrder(f"round {round_no} is already published")
+    _check_fetched_and_parsed(store, round_no)
     stats = _update(cfg, round_no, _utc(now), client, early_links)
     store.write_json(store.round_dir(round_no, "update.json"), stats)
     return stats
@@ -402,6 +428,8 @@ def _reprioritise(cfg: CrawlConfig, round_no: int, now: datetime | None) -> dict
     store = _store(cfg)
     if store.current_round() >= round_no:  # as update: a published CrawlDb version is never rewritten in place
         raise StepOrder(f"round {round_no} is already published")
+    if not store.exists(store.round_dir(round_no, "update.json")):  # written last by a completed update
+        raise StepOrder(f"round {round_no}: update has not run")
     carried = schedule.carry_forward(cfg, store, round_no)
     if carried is not None:
         stats = {"round": round_no, **carried}

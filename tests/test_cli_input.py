@@ -8,8 +8,10 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from datetime import datetime
 from pathlib import Path
 
+import pyarrow.compute as pc
 import pytest
 
 from crawl import query
@@ -119,3 +121,65 @@ def test_reprioritise_of_a_published_round_is_refused_and_its_crawldb_kept(tmp_p
         assert out.returncode == 2 and "round 1 is already published" in out.stderr, (step, out.stderr[-2000:])
     assert sorted((root / "state/crawl=demo/crawldb/v=00001").rglob("*.parquet")) == files
     assert all(f.read_bytes() == b for f, b in before.items())
+
+
+def _crawl_files(root: Path) -> dict[str, bytes]:
+    """Every file of the crawl root but the lease's (a refused step takes and releases the lease: who ran
+    last, not crawl data)."""
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*"))
+            if p.is_file() and "lease" not in p.relative_to(root).parts}
+
+
+def test_update_before_the_fetch_is_refused_naming_the_step_and_a_rerun_still_works(tmp_path: Path, simweb) -> None:
+    """`crawl step update --round 1` right after inject (no fetch list) ran, and the round's publish then
+    published a round that fetched nothing; after a fetch_parse cut off part-way, update merged half the round.
+    Each is refused naming the step to run, with nothing changed; the steps in order then run, a completed
+    update runs again as before, and the fetch left undone is done once (the simulated web's access log)."""
+    import time
+
+    from crawl.config import load_config
+    from crawl.tasks import fetch_parse_task
+
+    root = tmp_path / "root"
+    now = "2026-12-03T12:00:00Z"
+    common = ["--root", str(root), "--resolve", simweb.resolve_rule, "--delay", "0", "--partitions", "2",
+              "--now", now]
+    seeds = simweb.seed_urls(6)
+    assert _crawl("step", "inject", *common, "--seeds", *seeds).returncode == 0
+
+    def refused(step: str, says: str) -> None:
+        before = _crawl_files(root)
+        out = _crawl("step", step, "--round", "1", *common, "--no-dashboard")
+        assert out.returncode == 2 and out.stderr.strip() == f"error: {says}", (step, out.returncode, out.stderr[-2000:])
+        assert _crawl_files(root) == before, f"a refused {step} changed the crawl"
+
+    refused("update", "round 1: generate has not run")
+    refused("reprioritise", "round 1: update has not run")
+    since = time.time()
+    gen = json.loads(_crawl("step", "generate", *common).stdout.splitlines()[-1])
+    assert len(gen["partitions"]) == 2 and gen["urls"] == len(seeds), gen
+    refused("update", "round 1: fetch_parse has not run")
+    # a fetch_parse cut off after one partition: that partition's task ran (the engine's own, in this process)
+    cfg = load_config(overrides={"root": str(root), "resolve": [simweb.resolve_rule], "politeness_delay_s": 0,
+                                 "partitions": 2}, use_env=False)
+    fetch_parse_task(cfg, 1, 1, datetime.fromisoformat(gen["now"]))
+    refused("update", "round 1: fetch_parse has not finished: 1 of 2 partitions not fetched and parsed (000); "
+                      "run it again")
+    refused("reprioritise", "round 1: update has not run")
+
+    assert _crawl("step", "fetch_parse", "--round", "1", *common, "--no-dashboard").returncode == 0
+    first = _crawl("step", "update", "--round", "1", *common)
+    again = _crawl("step", "update", "--round", "1", *common)  # a retried or cleared task
+    assert first.returncode == again.returncode == 0, again.stderr[-2000:]
+    assert json.loads(first.stdout) == json.loads(again.stdout)
+    for step in ("reprioritise", "publish"):
+        out = _crawl("step", step, "--round", "1", *common)
+        assert out.returncode == 0, (step, out.stderr[-2000:])
+    log = simweb.log()
+    log = log.filter(pc.and_(pc.greater_equal(log["start"], since), pc.starts_with(log["user_agent"], "RecrawlBot")))
+    pages = [f"http://{h}{p}" for h, p in zip(log["host"].to_pylist(), log["path"].to_pylist(), strict=True)
+             if p != "/robots.txt"]
+    assert [pages.count(s) for s in seeds] == [1] * len(seeds), \
+        "each seed fetched once: the rerun fetched only the partition left undone"
+    fetched = query.run(str(root), "demo", "SELECT url FROM pages WHERE subset = 'warc' AND crawl_status = 'fetched'")
+    assert sorted(fetched.column("url").to_pylist()) == sorted(seeds), "the published round has every seed"
