@@ -158,6 +158,7 @@ def fetch_task(cfg: CrawlConfig, round_no: int, part: int, now: datetime, token:
         install_parsers(cfg.parsers)
         ahead = ParseAhead(cfg.parse_overlap_docs, cfg.max_outlinks_per_page, cfg.allowed_schemes,
                            MediaLimits.from_config(cfg))
+    last_contact, backoff_until = previous_contact(store, round_no)
     try:
         out = fetch_partition(
             cfg,
@@ -173,7 +174,8 @@ def fetch_task(cfg: CrawlConfig, round_no: int, part: int, now: datetime, token:
             resume=resume,
             hold_bytes=cfg.parse_in_fetch_max_bytes if parse else 0,
             on_hold=ahead.feed if ahead is not None else None,
-            last_contact_unix=previous_fetch_end(store, round_no),
+            last_contact_unix=last_contact,
+            backoff_until_unix=backoff_until,
         )
     finally:
         if ahead is not None:
@@ -228,26 +230,32 @@ def fetch_parse_task(cfg: CrawlConfig, round_no: int, part: int, now: datetime,
     return {"fetch": fetch_stats, "parse": parse_task(cfg, round_no, part)}
 
 
-def previous_fetch_end(store: Store, round_no: int, back: int = 10) -> float | None:
+def previous_contact(store: Store, round_no: int, back: int = 10) -> tuple[float | None, dict[str, float]]:
     """When the fetch of the latest earlier round that had one ended (Unix time: the latest
-    ``fetch_end_unix`` of its fetch tasks' markers), looking back at most ``back`` rounds; None if none
-    recorded it.
+    ``fetch_end_unix`` of its fetch tasks' markers), looking back at most ``back`` rounds, and the
+    politeness keys a 429/503 still held back then (key -> Unix time its wait ends, the latest over
+    the partitions: the markers' ``host_backoff_until``); ``(None, {})`` if no round recorded them.
 
     Why: a round's fetch tasks start with fresh politeness queues, and rounds may run back to back
     (``crawl run``; update and reprioritise take well under a second on a small crawl), so without it
     the first request to a host could follow the previous round's last one within the host's delay
-    (tests/test_ftp.py judges that gap in the server's own session log). The latest end over all
-    partitions bounds every host's last contact, whichever partition it was in then."""
+    (tests/test_ftp.py judges that gap in the server's own session log), or come before the end of a
+    ``Retry-After`` (or backoff) the host asked for in the previous round (tests/test_limits.py). The
+    latest end over all partitions bounds every host's last contact, whichever partition it was in then."""
     for r in range(round_no - 1, max(0, round_no - 1 - back), -1):
         ends = []
+        backoff: dict[str, float] = {}
         for path in store.fs.glob(store.abs(store.round_dir(r, "fetched", "part=*.done"))):
             with store.fs.open(path, "rb") as fh:
-                end = json.loads(fh.read()).get("fetch_end_unix")
+                marker = json.loads(fh.read())
+            end = marker.get("fetch_end_unix")
             if isinstance(end, int | float):
                 ends.append(float(end))
+            for key, until in (marker.get("host_backoff_until") or {}).items():
+                backoff[key] = max(backoff.get(key, 0.0), float(until))
         if ends:
-            return max(ends)
-    return None
+            return max(ends), backoff
+    return None, {}
 
 
 def wait_after_dead_attempt(cfg: CrawlConfig, store: Store, round_no: int, part: int,

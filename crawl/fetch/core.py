@@ -184,6 +184,7 @@ class _Fetcher(_Scheduling, _HttpCalls, _Outcomes, _RobotsFetch, _SitemapFetch, 
         # called with (row, url, content type, headers, payload) of each held document (fetch_partition's on_hold)
         self.on_hold: Callable[[int, str, str | None, list[tuple[str, str]], bytes], None] | None = None
         self.last_contact_unix: float | None = None  # an earlier task's last contact (fetch_partition)
+        self.backoff_until_unix: Mapping[str, float] | None = None  # its keys' 429/503 waits (fetch_partition)
 
     # -- may we go on? (lease fencing / scheduler connection, see crawl.tasks.may_continue) -----
     def _watch(self, loop: asyncio.AbstractEventLoop, done: threading.Event) -> None:
@@ -304,7 +305,7 @@ class _Fetcher(_Scheduling, _HttpCalls, _Outcomes, _RobotsFetch, _SitemapFetch, 
         # (_TotalBounds: a total of 5 s or more ends at the loop clock's next whole second)
         self.bounds = _TotalBounds(cfg.total_timeout_s)
         self.build_slots(await self._politeness_keys())
-        self.after_earlier_contact(self.last_contact_unix)
+        self.after_earlier_contact(self.last_contact_unix, self.backoff_until_unix)
         done = threading.Event()
         if self.should_continue is not None:
             threading.Thread(target=self._watch, args=(asyncio.get_running_loop(), done),
@@ -317,6 +318,9 @@ class _Fetcher(_Scheduling, _HttpCalls, _Outcomes, _RobotsFetch, _SitemapFetch, 
                                max_idle_per_origin=cfg.max_in_flight_per_host)
         try:
             await self._dispatch()
+            left = self.backoffs_left()
+            if left:  # the next round's tasks wait these out (crawl.tasks.previous_contact)
+                self.stats["host_backoff_until"] = left
         finally:
             done.set()
             self.bounds.close()
@@ -337,7 +341,12 @@ class _Fetcher(_Scheduling, _HttpCalls, _Outcomes, _RobotsFetch, _SitemapFetch, 
             while self.active < cfg.max_concurrent_hosts and pending:
                 s = pending.popleft()
                 self.active += 1
+                if s.backoff_until >= self.deadline_s:  # an earlier round's 429/503 wait outlasts this task
+                    for h in s.hosts:
+                        self.settle_host(h, R.DEFERRED, "host_backoff", retry_after=s.backoff_until - now)
                 for h in s.hosts:
+                    if h.closed:
+                        continue
                     if h.policy is None:
                         h.queue.appendleft(_Job(h.origin + "/robots.txt", 0, 0, robots=True,
                                                 unit=robots_unit(h.origin)))
@@ -471,6 +480,7 @@ def fetch_partition(
     hold_bytes: int = 0,
     on_hold: Callable[[int, str, str | None, list[tuple[str, str]], bytes], None] | None = None,
     last_contact_unix: float | None = None,
+    backoff_until_unix: Mapping[str, float] | None = None,
 ) -> FetchOutput:
     """Fetch one fetch-list partition politely; write its WARC files under ``root``; return rows.
 
@@ -509,6 +519,10 @@ def fetch_partition(
     ``last_contact_unix``: when an earlier task may last have talked to these hosts (Unix time; the
     previous round's fetch end, ``stats["fetch_end_unix"]``): each politeness key's first request waits
     for its delay from then, as if that contact were this task's (rounds run back to back).
+    ``backoff_until_unix``: politeness key -> Unix time until which a 429/503 of an earlier round asked
+    it to wait (the previous round's ``stats["host_backoff_until"]``, which lists the keys whose wait
+    outlasted that task): the key's first request waits for it, and a key whose wait ends after this
+    task's deadline has its URLs deferred (``host_backoff``) without a request.
     """
     f = _Fetcher(cfg, root, warc_prefix, now, known_digests,
                  cfg.round_duration_s if deadline_s is None else deadline_s,
@@ -517,6 +531,7 @@ def fetch_partition(
     f.hold_left = max(0, hold_bytes)
     f.on_hold = on_hold
     f.last_contact_unix = last_contact_unix
+    f.backoff_until_unix = backoff_until_unix
     f.load(fetchlist, robots_cache, resume)
     started = time.monotonic()
     try:

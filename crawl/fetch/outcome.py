@@ -225,7 +225,8 @@ class _Outcomes:
         h.errors += 1
         self.stats["host_errors"] += 1
         if wait is not None:
-            h.slot.next_at = max(h.slot.next_at, self.mono() + wait)
+            h.slot.backoff_until = max(h.slot.backoff_until, self.mono() + wait)
+            h.slot.next_at = max(h.slot.next_at, h.slot.backoff_until)
             if h.slot.next_at < self.deadline_s and h.errors < self.cfg.max_host_errors:
                 self.rows.append(_row(job, h.host, t, R.RETRY, error=error, retry_after_s=wait, **base))
                 h.queue.appendleft(_Job(job.url, job.url_hash, job.depth, job.etag, job.last_modified,

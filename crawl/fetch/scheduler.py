@@ -59,6 +59,7 @@ class _Slot:
     last_start: float = -1e9  # task-relative times of the last request start and answer
     last_answer: float = -1e9
     idle_since: float | None = None  # when its last request ended (its politeness wait starts)
+    backoff_until: float = -1e9  # task-relative end of the wait a 429/503 asked for (this or an earlier round)
 
     def pick(self) -> _Host | None:
         """The next host (round-robin) that has a URL it may start now."""
@@ -166,20 +167,36 @@ class _Scheduling:
             h.slot = s
         self.stats["politeness_keys"] = len(self.slots)
 
-    def after_earlier_contact(self, last_contact_unix: float | None) -> None:
+    def after_earlier_contact(self, last_contact_unix: float | None,
+                              backoff_until_unix: Mapping[str, float] | None = None) -> None:
         """Count an earlier task's last contact with these keys (Unix time: the previous round's fetch
         ended then) as every slot's last start and answer, so back-to-back rounds keep each key's gap
         too: a slot's first request waits until that time + its delay, and a Crawl-delay learnt from
         robots.txt later in this task is counted from it as well (:meth:`_RobotsFetch.apply_policy`).
-        Called once the slots are built, before any is queued."""
+        ``backoff_until_unix`` (key -> Unix time): the waits 429/503 answers asked of the earlier round
+        that had not ended with it; a key waits them out here too (one ending after this task's
+        deadline defers the key's hosts when it is admitted). Called once the slots are built, before
+        any is queued."""
+        now, wall = self.mono(), time.time()
+        for key, until in (backoff_until_unix or {}).items():
+            s = self.slots.get(key)
+            if s is not None and until > wall:
+                s.backoff_until = max(s.backoff_until, now + until - wall)
+                s.next_at = max(s.next_at, s.backoff_until)
         if last_contact_unix is None:
             return
-        ref = self.mono() - max(0.0, time.time() - last_contact_unix)
+        ref = now - max(0.0, wall - last_contact_unix)
         for s in self.slots.values():
             s.last_start = max(s.last_start, ref)
             s.last_answer = max(s.last_answer, ref)
             if s.delay > 0:
                 s.next_at = max(s.next_at, ref + s.delay + _GAP_MARGIN_S)
+
+    def backoffs_left(self) -> dict[str, float]:
+        """Key -> Unix time its 429/503 wait ends, for the keys still waiting now (the next round's
+        ``backoff_until_unix``)."""
+        now, wall = self.mono(), time.time()
+        return {s.key: round(wall + s.backoff_until - now, 3) for s in self.slots.values() if s.backoff_until > now}
 
     def push(self, s: _Slot) -> None:
         if not s.in_heap and s.has_work():

@@ -1,0 +1,81 @@
+"""External limits and robots.txt rules as a user meets them (``python -m crawl run`` as a real process
+against the simulated web), judged by the server's access log, not by the crawler's own records.
+
+What tests/test_fetch.py already judges from the log at the fetch task (robots variants, Crawl-delay,
+redirect chains, timeouts, body caps, 429/503 inside a task) is not repeated here; this file holds what
+only shows across rounds or at the edges of a limit.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from tests.conftest import start_simweb
+
+CRAWL = [sys.executable, "-m", "crawl"]
+UA = "RecrawlBot"
+
+
+@pytest.fixture(scope="module")
+def web(tmp_path_factory):
+    """The simulated web (its own: the hostile hosts' request counts start at zero)."""
+    sw = start_simweb(tmp_path_factory.mktemp("simweb-limits"))
+    try:
+        yield sw
+    finally:
+        sw.stop()
+
+
+def crawl_run(simweb, root: Path, seeds: list[str], *args: str, timeout: float = 300) -> None:
+    """``crawl run`` as a user types it (fast politeness so the rounds are short)."""
+    cmd = [*CRAWL, "run", "--root", str(root), "--crawl-id", "t", "--resolve", simweb.resolve_rule,
+           "--no-dashboard", "--workers", "1", "--partitions", "1", *args, "--seeds", *seeds]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    assert out.returncode == 0, out.stderr[-3000:]
+
+
+def our_requests(simweb, host: str, since: float) -> list[dict]:
+    """Our requests to ``host`` in the server's access log (flushed first), by start time."""
+    rows = [r for r in simweb.log().to_pylist()
+            if r["host"] == host and r["user_agent"].startswith(UA) and r["start"] >= since]
+    return sorted(rows, key=lambda r: r["start"])
+
+
+def round_rows(root: Path, round_no: int) -> list[dict]:
+    files = sorted((root / "state" / "crawl=t" / "rounds" / f"{round_no:05d}" / "fetched").glob("*.parquet"))
+    assert files
+    return [r for f in files for r in pq.read_table(f, columns=["url", "host", "status", "error",
+                                                                "retry_after_s"]).to_pylist()]
+
+
+def test_a_retry_after_longer_than_the_round_holds_in_the_next_round(web, tmp_path: Path) -> None:
+    """A 429 whose Retry-After (30 s, an HTTP-date) outlasts the round: the next rounds, run back to back
+    by ``crawl run``, ask that host nothing until it has passed (they had its URLs to fetch: the seeds
+    deferred behind the 429 and the links round 1 found). Before, round 2 asked it again ~1 s later."""
+    host = "hostile-001.sim.test"
+    base = f"http://{host}"
+    since = time.time()
+    crawl_run(web, tmp_path, [f"{base}/fault/429-date", f"{base}/", f"{base}/blog/shiulta-fenvo-1"],
+              "--rounds", "3", "--round-duration-s", "4", "--delay", "0.2", "--set", "sitemaps=false")
+    log = our_requests(web, host, since)
+    told = [r for r in log if r["status"] == 429]
+    assert len(told) == 1 and told[0]["path"] == "/fault/429-date", log
+    # the date has whole seconds: the wait it names is at least 29 s from the answer
+    early = [r for r in log if told[0]["end"] < r["start"] < told[0]["end"] + 29]
+    assert not early, [(round(r["start"] - told[0]["end"], 2), r["path"]) for r in early]
+    # not vacuous: the later rounds had URLs of the host and deferred them for the host's wait
+    for n in (2, 3):
+        mine = [r for r in round_rows(tmp_path, n) if r["host"] == host]
+        assert mine and all(r["status"] == "deferred" and r["error"] == "host_backoff" for r in mine), mine
+        assert all(0 < r["retry_after_s"] <= 30 for r in mine)
+    markers = [json.loads(p.read_text()) for p in
+               (tmp_path / "state" / "crawl=t" / "rounds" / "00003" / "fetched").glob("*.done")]
+    assert any(host in m.get("host_backoff_until", {}) for m in markers)
+
