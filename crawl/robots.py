@@ -169,10 +169,18 @@ def request_rate(robots_txt: str, user_agent: str) -> tuple[int, int] | None:
 def decode_robots(body: bytes, max_bytes: int) -> str:
     """Decode the first ``max_bytes`` of a robots.txt body as UTF-8 (RFC 9309 §2.3 / §2.5).
 
-    A BOM is dropped; invalid bytes become U+FFFD rather than failing the whole file; a multi-byte
-    character cut by the size cap is dropped by the same rule.
+    A BOM is dropped; invalid bytes become U+FFFD rather than failing the whole file. A body that
+    reaches the cap (the fetcher reads no more than ``max_bytes``) is taken up to its last line break:
+    the line the cap cuts is not the rule the file has (``Allow: /private/public.html`` cut to
+    ``Allow: /private/`` would open all of ``/private/``). A file of exactly ``max_bytes`` without a
+    final line break loses its last line by the same rule: the fetcher cannot tell it from a longer one.
     """
-    return body[:max_bytes].decode("utf-8-sig", errors="replace")
+    data = body[:max_bytes]
+    if len(body) >= max_bytes:
+        end = max(data.rfind(b"\n"), data.rfind(b"\r"))
+        if end >= 0:
+            data = data[:end + 1]
+    return data.decode("utf-8-sig", errors="replace")
 
 
 @dataclass

@@ -25,8 +25,8 @@ UA = "RecrawlBot"
 
 @pytest.fixture(scope="module")
 def web(tmp_path_factory):
-    """The simulated web (its own: the hostile hosts' request counts start at zero)."""
-    sw = start_simweb(tmp_path_factory.mktemp("simweb-limits"))
+    """The simulated web with its politeness and robots bait hosts (crawl.simweb.origins)."""
+    sw = start_simweb(tmp_path_factory.mktemp("simweb-limits"), extra_args=("--origin-bait",))
     try:
         yield sw
     finally:
@@ -79,3 +79,30 @@ def test_a_retry_after_longer_than_the_round_holds_in_the_next_round(web, tmp_pa
                (tmp_path / "state" / "crawl=t" / "rounds" / "00003" / "fetched").glob("*.done")]
     assert any(host in m.get("host_backoff_until", {}) for m in markers)
 
+
+def test_robots_txt_cut_at_500_kib_and_redirect_chains(web, tmp_path: Path) -> None:
+    """RFC 9309 at its edges, two rounds of ``crawl run`` (round 2 takes the policies from the robots
+    cache): a robots.txt over 500 KiB is read up to the limit and the line the limit cuts is no rule
+    (before, ``Allow: /private/public.html`` cut to ``Allow: /private/`` let ``/private/secret.html``
+    through); a robots.txt behind five redirects is found and obeyed, with every hop asked once; behind
+    six, the crawler asks five hops and no more, and then takes the file as unavailable (allow all, as
+    crawl/robots.py documents)."""
+    hosts = {"robots-cut.sim.test": "cut", "robots-chain-5.sim.test": 5, "robots-chain-6.sim.test": 6}
+    since = time.time()
+    crawl_run(web, tmp_path, [f"http://{h}/" for h in hosts], "--rounds", "2", "--delay", "0.1",
+              "--round-duration-s", "10")
+    for host, kind in hosts.items():
+        log = our_requests(web, host, since)
+        paths = [r["path"] for r in log]
+        assert "/ok.html" in paths, (host, paths)  # the crawl got as far as the pages the home links
+        robots = [p for p in paths if p.startswith("/robots")]
+        if kind == "cut":
+            assert robots == ["/robots.txt"]
+            assert "/private/secret.html" not in paths and "/private/public.html" not in paths, paths
+        elif kind == 5:
+            assert robots == ["/robots.txt"] + [f"/robots-{k}.txt" for k in range(1, 6)], robots
+            assert "/private/secret.html" not in paths and "/private/public.html" not in paths, paths
+        else:
+            assert robots == ["/robots.txt"] + [f"/robots-{k}.txt" for k in range(1, 5 + 1)], robots
+            assert "/robots-6.txt" not in paths
+            assert "/private/secret.html" in paths, paths

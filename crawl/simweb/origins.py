@@ -12,6 +12,16 @@ Served only when the server is started with ``--origin-bait``:
 - ``robots-429.sim.test``: robots.txt answers 429 (Retry-After 1); its pages must not be fetched.
 - ``robots-hop-<i>.sim.test`` (i < ``HOPS``): robots.txt answers 301 to the first good host's
   robots.txt, so its robots.txt requests must keep that host's politeness gap.
+- ``robots-chain-<n>.sim.test`` (1 <= n <= 9): robots.txt answers 301 to ``/robots-1.txt``, which
+  answers 301 to ``/robots-2.txt`` ... ``/robots-<n>.txt`` is the file (``Disallow: /private/``): n
+  redirects, RFC 9309 §2.3.1.2 asks a crawler to follow at least five.
+- ``robots-cut.sim.test``: a robots.txt of more than 500 KiB whose byte ``ROBOTS_CUT_AT`` (512,000)
+  falls right after ``Allow: /private/`` in the line ``Allow: /private/public.html`` after
+  ``Disallow: /private/``: a crawler that parses the cut line as a rule opens all of ``/private/``.
+
+These robots bait hosts are not linked from ``spellings.sim.test``; their home pages link ``/ok.html``,
+``/private/secret.html`` and ``/private/public.html`` (each a small page), so a crawl seeded with
+them shows in the access log which of those the rules let through.
 """
 
 from __future__ import annotations
@@ -24,6 +34,20 @@ HOSTS = 2  # good hosts linked under every spelling
 HOPS = 6  # hosts whose robots.txt redirects to the first good host's
 OTHER_PORT = 8081  # "another origin of the same host" (a connect-to rule sends it to the server)
 IPV6_LITERAL = "[::1]"
+ROBOTS_CUT_AT = 512_000  # 500 KiB: the least RFC 9309 §2.5 lets a crawler parse (crawl.config robots_max_bytes)
+ROBOTS_BAIT_PATHS = ("/ok.html", "/private/secret.html", "/private/public.html")
+
+
+def cut_robots_txt() -> bytes:
+    """``robots-cut.sim.test``'s robots.txt: byte ``ROBOTS_CUT_AT`` cuts ``Allow: /private/public.html``
+    right after ``Allow: /private/`` (comment lines fill the space in between)."""
+    head, cut, rest = b"User-agent: *\nDisallow: /private/\n", b"Allow: /private/", b"public.html\n"
+    pad = ROBOTS_CUT_AT - len(head) - len(cut)
+    n, rem = divmod(pad, 80)
+    filler = (b"#" + b"x" * 78 + b"\n") * n + (b"#" + b"x" * (rem - 2) + b"\n" if rem >= 2 else b"\n" * rem)
+    body = head + filler + cut + rest
+    assert body.index(cut + rest) == ROBOTS_CUT_AT - len(cut)
+    return body
 
 
 def spellings(host: str, port: int) -> list[str]:
@@ -53,9 +77,12 @@ class OriginBait:
 
     @staticmethod
     def owns(hostname: str) -> bool:
-        return hostname in ("spellings.sim.test", "robots-429.sim.test") or hostname.startswith("robots-hop-")
+        return (hostname in ("spellings.sim.test", "robots-429.sim.test", "robots-cut.sim.test")
+                or hostname.startswith(("robots-hop-", "robots-chain-")))
 
     def handle(self, hostname: str, path: str) -> web.StreamResponse:
+        if hostname == "robots-cut.sim.test" or hostname.startswith("robots-chain-"):
+            return _robots_bait(hostname, path)
         if hostname == "robots-429.sim.test":
             if path == "/robots.txt":
                 return web.Response(status=429, text="slow down", headers={"Retry-After": "1"})
@@ -81,9 +108,34 @@ class OriginBait:
         return _html("spellings", f"<ul>{''.join(items)}</ul>")
 
 
+def _robots_bait(hostname: str, path: str) -> web.StreamResponse:
+    """The robots bait hosts: their robots.txt (a redirect chain, or a file cut by the size limit) and
+    their small pages."""
+    if hostname == "robots-cut.sim.test":
+        if path == "/robots.txt":
+            return web.Response(body=cut_robots_txt(), content_type="text/plain")
+    else:
+        n = hostname.split(".", 1)[0].removeprefix("robots-chain-")
+        if not (n.isdigit() and 1 <= int(n) <= 9):
+            return web.Response(status=404, text="no such chain")
+        hops = [f"/robots-{k}.txt" for k in range(1, int(n) + 1)]
+        if path in ("/robots.txt", *hops[:-1]):
+            nxt = hops[0] if path == "/robots.txt" else hops[hops.index(path) + 1]
+            return web.Response(status=301, headers={"Location": nxt})
+        if path == hops[-1]:
+            return web.Response(text="User-agent: *\nDisallow: /private/\n")
+    if path == "/":
+        links = "".join(f'<li><a href="{p}">{p}</a></li>' for p in ROBOTS_BAIT_PATHS)
+        return _html(hostname, f"<ul>{links}</ul>")
+    if path in ROBOTS_BAIT_PATHS:
+        return _html(path, f"<p>{escape(path)} of {escape(hostname)}</p>")
+    return web.Response(status=404, text="not here")
+
+
 def _html(title: str, body: str) -> web.Response:
     return web.Response(text=f"<html><head><title>{escape(title)}</title></head><body>{body}</body></html>",
                         content_type="text/html")
 
 
-__all__ = ["HOPS", "HOSTS", "IPV6_LITERAL", "OTHER_PORT", "OriginBait", "ipv6_spellings", "spellings"]
+__all__ = ["HOPS", "HOSTS", "IPV6_LITERAL", "OTHER_PORT", "ROBOTS_BAIT_PATHS", "ROBOTS_CUT_AT", "OriginBait",
+           "cut_robots_txt", "ipv6_spellings", "spellings"]
