@@ -86,8 +86,10 @@ def test_robots_txt_cut_at_500_kib_and_redirect_chains(web, tmp_path: Path) -> N
     (before, ``Allow: /private/public.html`` cut to ``Allow: /private/`` let ``/private/secret.html``
     through); a robots.txt behind five redirects is found and obeyed, with every hop asked once; behind
     six, the crawler asks five hops and no more, and then takes the file as unavailable (allow all, as
-    crawl/robots.py documents)."""
-    hosts = {"robots-cut.sim.test": "cut", "robots-chain-5.sim.test": 5, "robots-chain-6.sim.test": 6}
+    crawl/robots.py documents). Sitemap files named by robots.txt or by an index keep the URL length
+    limit like every URL requested (before, a 2,100-character sitemap path was asked for)."""
+    hosts = {"robots-cut.sim.test": "cut", "robots-chain-5.sim.test": 5, "robots-chain-6.sim.test": 6,
+             "sitemap-long.sim.test": "sitemap"}
     since = time.time()
     crawl_run(web, tmp_path, [f"http://{h}/" for h in hosts], "--rounds", "2", "--delay", "0.1",
               "--round-duration-s", "10")
@@ -96,7 +98,10 @@ def test_robots_txt_cut_at_500_kib_and_redirect_chains(web, tmp_path: Path) -> N
         paths = [r["path"] for r in log]
         assert "/ok.html" in paths, (host, paths)  # the crawl got as far as the pages the home links
         robots = [p for p in paths if p.startswith("/robots")]
-        if kind == "cut":
+        if kind == "sitemap":
+            assert {"/sitemap.xml", "/sitemap-1.xml"} <= set(paths), paths  # its short sitemaps were read
+            assert max(len(f"http://{host}{p}") for p in paths) <= 2048, [p[:40] for p in paths]
+        elif kind == "cut":
             assert robots == ["/robots.txt"]
             assert "/private/secret.html" not in paths and "/private/public.html" not in paths, paths
         elif kind == 5:

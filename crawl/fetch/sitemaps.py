@@ -109,8 +109,8 @@ class _SitemapFetch:
         """Queue sitemap files of the host as its next requests (same gap rules as pages).
 
         Only the host's own files (scheme + host + port of its robots.txt origin: a sitemap may
-        only list URLs under its own location), allowed by its robots.txt, each once, at most
-        ``cfg.max_sitemaps_per_host``. Root files go first in the host's queue; index children
+        only list URLs under its own location), no longer than ``cfg.max_url_length``, allowed by
+        its robots.txt, each once, at most ``cfg.max_sitemaps_per_host``. Root files go first in the host's queue; index children
         (``after_queued``) go behind the sitemaps already queued, so an index is read
         breadth-first and the cap keeps the shallowest files.
         """
@@ -120,6 +120,9 @@ class _SitemapFetch:
         for url in urls:
             if not url.lower().startswith(prefix):
                 self.stats["sitemaps_cross_host"] += 1
+                continue
+            if U.is_too_long(url, self.cfg.max_url_length):  # the limit every URL we request keeps
+                self.stats["sitemaps_too_long"] += 1
                 continue
             if url in h.sitemaps_seen:
                 continue

@@ -19,6 +19,11 @@ Served only when the server is started with ``--origin-bait``:
   falls right after ``Allow: /private/`` in the line ``Allow: /private/public.html`` after
   ``Disallow: /private/``: a crawler that parses the cut line as a rule opens all of ``/private/``.
 
+- ``sitemap-long.sim.test``: robots.txt names a sitemap whose URL is longer than 2,048 characters (the
+  crawler's default ``max_url_length``) and ``/sitemap.xml``, an index of another such file and
+  ``/sitemap-1.xml`` (which lists ``/ok.html``); every ``/sitemap-*.xml`` answers, so a request for
+  a long one shows in the access log.
+
 These robots bait hosts are not linked from ``spellings.sim.test``; their home pages link ``/ok.html``,
 ``/private/secret.html`` and ``/private/public.html`` (each a small page), so a crawl seeded with
 them shows in the access log which of those the rules let through.
@@ -36,6 +41,7 @@ OTHER_PORT = 8081  # "another origin of the same host" (a connect-to rule sends 
 IPV6_LITERAL = "[::1]"
 ROBOTS_CUT_AT = 512_000  # 500 KiB: the least RFC 9309 §2.5 lets a crawler parse (crawl.config robots_max_bytes)
 ROBOTS_BAIT_PATHS = ("/ok.html", "/private/secret.html", "/private/public.html")
+LONG_SITEMAP = "/sitemap-" + "x" * 2100 + ".xml"  # a path longer than the crawler's default URL limit
 
 
 def cut_robots_txt() -> bytes:
@@ -77,11 +83,11 @@ class OriginBait:
 
     @staticmethod
     def owns(hostname: str) -> bool:
-        return (hostname in ("spellings.sim.test", "robots-429.sim.test", "robots-cut.sim.test")
+        return (hostname in ("spellings.sim.test", "robots-429.sim.test") or hostname in ROBOTS_BAIT_HOSTS
                 or hostname.startswith(("robots-hop-", "robots-chain-")))
 
     def handle(self, hostname: str, path: str) -> web.StreamResponse:
-        if hostname == "robots-cut.sim.test" or hostname.startswith("robots-chain-"):
+        if hostname in ROBOTS_BAIT_HOSTS or hostname.startswith("robots-chain-"):
             return _robots_bait(hostname, path)
         if hostname == "robots-429.sim.test":
             if path == "/robots.txt":
@@ -108,12 +114,34 @@ class OriginBait:
         return _html("spellings", f"<ul>{''.join(items)}</ul>")
 
 
+ROBOTS_BAIT_HOSTS = ("robots-cut.sim.test", "sitemap-long.sim.test")
+
+
+def _urlset(*locs: str) -> web.Response:
+    urls = "".join(f"<url><loc>{escape(u)}</loc></url>" for u in locs)
+    return web.Response(text=f'<?xml version="1.0" encoding="UTF-8"?>\n<urlset xmlns='
+                        f'"http://www.sitemaps.org/schemas/sitemap/0.9">{urls}</urlset>', content_type="application/xml")
+
+
 def _robots_bait(hostname: str, path: str) -> web.StreamResponse:
-    """The robots bait hosts: their robots.txt (a redirect chain, or a file cut by the size limit) and
-    their small pages."""
+    """The robots bait hosts: their robots.txt (a redirect chain, a file cut by the size limit, one
+    naming over-long sitemap URLs), their sitemaps and their small pages."""
     if hostname == "robots-cut.sim.test":
         if path == "/robots.txt":
             return web.Response(body=cut_robots_txt(), content_type="text/plain")
+    elif hostname == "sitemap-long.sim.test":
+        base = f"http://{hostname}"
+        if path == "/robots.txt":
+            return web.Response(text=f"User-agent: *\nDisallow: /private/\nSitemap: {base}{LONG_SITEMAP}\n"
+                                     f"Sitemap: {base}/sitemap.xml\n")
+        if path == "/sitemap.xml":
+            children = "".join(f"<sitemap><loc>{escape(base + p)}</loc></sitemap>"
+                               for p in (LONG_SITEMAP.replace(".xml", "-2.xml"), "/sitemap-1.xml"))
+            return web.Response(text=f'<?xml version="1.0" encoding="UTF-8"?>\n<sitemapindex xmlns='
+                                     f'"http://www.sitemaps.org/schemas/sitemap/0.9">{children}</sitemapindex>',
+                                content_type="application/xml")
+        if path.startswith("/sitemap-") and path.endswith(".xml"):
+            return _urlset(base + "/ok.html")
     else:
         n = hostname.split(".", 1)[0].removeprefix("robots-chain-")
         if not (n.isdigit() and 1 <= int(n) <= 9):
@@ -137,5 +165,5 @@ def _html(title: str, body: str) -> web.Response:
                         content_type="text/html")
 
 
-__all__ = ["HOPS", "HOSTS", "IPV6_LITERAL", "OTHER_PORT", "ROBOTS_BAIT_PATHS", "ROBOTS_CUT_AT", "OriginBait",
+__all__ = ["HOPS", "HOSTS", "IPV6_LITERAL", "LONG_SITEMAP", "OTHER_PORT", "ROBOTS_BAIT_HOSTS", "ROBOTS_BAIT_PATHS", "ROBOTS_CUT_AT", "OriginBait",
            "cut_robots_txt", "ipv6_spellings", "spellings"]
