@@ -56,28 +56,31 @@ def round_rows(root: Path, round_no: int) -> list[dict]:
 
 
 def test_a_retry_after_longer_than_the_round_holds_in_the_next_round(web, tmp_path: Path) -> None:
-    """A 429 whose Retry-After (30 s, an HTTP-date) outlasts the round: the next rounds, run back to back
-    by ``crawl run``, ask that host nothing until it has passed (they had its URLs to fetch: the seeds
-    deferred behind the 429 and the links round 1 found). Before, round 2 asked it again ~1 s later."""
-    host = "hostile-001.sim.test"
-    base = f"http://{host}"
+    """A 429 on a page whose Retry-After (30 s, an HTTP-date) outlasts the round, and a robots.txt
+    answering 503 with Retry-After 30: the next rounds, run back to back by ``crawl run``, ask those
+    hosts nothing until it has passed (they had their URLs to fetch: the seeds deferred behind the
+    answer and the links round 1 found). Before, round 2 asked both again ~1 s later."""
+    page_host, robots_host = "hostile-001.sim.test", "robots-503.sim.test"
+    base = f"http://{page_host}"
     since = time.time()
-    crawl_run(web, tmp_path, [f"{base}/fault/429-date", f"{base}/", f"{base}/blog/shiulta-fenvo-1"],
+    crawl_run(web, tmp_path, [f"{base}/fault/429-date", f"{base}/", f"{base}/blog/shiulta-fenvo-1",
+                              f"http://{robots_host}/"],
               "--rounds", "3", "--round-duration-s", "4", "--delay", "0.2", "--set", "sitemaps=false")
-    log = our_requests(web, host, since)
-    told = [r for r in log if r["status"] == 429]
-    assert len(told) == 1 and told[0]["path"] == "/fault/429-date", log
-    # the date has whole seconds: the wait it names is at least 29 s from the answer
-    early = [r for r in log if told[0]["end"] < r["start"] < told[0]["end"] + 29]
-    assert not early, [(round(r["start"] - told[0]["end"], 2), r["path"]) for r in early]
-    # not vacuous: the later rounds had URLs of the host and deferred them for the host's wait
-    for n in (2, 3):
-        mine = [r for r in round_rows(tmp_path, n) if r["host"] == host]
-        assert mine and all(r["status"] == "deferred" and r["error"] == "host_backoff" for r in mine), mine
-        assert all(0 < r["retry_after_s"] <= 30 for r in mine)
-    markers = [json.loads(p.read_text()) for p in
-               (tmp_path / "state" / "crawl=t" / "rounds" / "00003" / "fetched").glob("*.done")]
-    assert any(host in m.get("host_backoff_until", {}) for m in markers)
+    for host, status, path in ((page_host, 429, "/fault/429-date"), (robots_host, 503, "/robots.txt")):
+        log = our_requests(web, host, since)
+        told = [r for r in log if r["status"] == status]
+        assert len(told) == 1 and told[0]["path"] == path, log
+        # an HTTP-date has whole seconds: the wait it names is at least 29 s from the answer
+        early = [r for r in log if told[0]["end"] < r["start"] < told[0]["end"] + 29]
+        assert not early, [(round(r["start"] - told[0]["end"], 2), r["path"]) for r in early]
+        # not vacuous: the later rounds had URLs of the host and deferred them for the host's wait
+        for n in (2, 3):
+            mine = [r for r in round_rows(tmp_path, n) if r["host"] == host]
+            assert mine and all(r["status"] == "deferred" and r["error"] == "host_backoff" for r in mine), mine
+            assert all(0 < r["retry_after_s"] <= 30 for r in mine)
+        markers = [json.loads(p.read_text()) for p in
+                   (tmp_path / "state" / "crawl=t" / "rounds" / "00003" / "fetched").glob("*.done")]
+        assert any(host in m.get("host_backoff_until", {}) for m in markers)
 
 
 def test_robots_txt_cut_at_500_kib_and_redirect_chains(web, tmp_path: Path) -> None:

@@ -137,18 +137,22 @@ class _Outcomes:
         elif 300 <= s < 400:
             self._redirect(h, job, t, r, base)
         elif s in (429, 503):
-            # an HTTP-date is the server's real clock, so compare with ours, not the task's `now`
-            wait = parse_retry_after(r.retry_after, datetime.now(UTC))
-            if wait is None:
-                wait = backoff_delay(cfg, h.backoff_n, h.rng)
-                h.backoff_n += 1
-            self._host_error(h, job, t, f"http_{s}", base, wait)
+            self._host_error(h, job, t, f"http_{s}", base, self._slow_down(h, r))
         elif s in (404, 410):
             self.rows.append(_row(job, h.host, t, R.GONE, **base))
         elif s >= 500:
             self._host_error(h, job, t, f"http_{s}", base, None)
         else:
             self.rows.append(_row(job, h.host, t, R.HTTP_ERROR, **base))
+
+    def _slow_down(self, h: _Host, r: _Response) -> float:
+        """Seconds a 429/503 asks the key to wait: its ``Retry-After``, else the host's next backoff."""
+        # an HTTP-date is the server's real clock, so compare with ours, not the task's `now`
+        wait = parse_retry_after(r.retry_after, datetime.now(UTC))
+        if wait is None:
+            wait = backoff_delay(self.cfg, h.backoff_n, h.rng)
+            h.backoff_n += 1
+        return wait
 
     def _fetched(self, h: _Host, job: _Job, t: datetime, r: _Response, base: dict[str, Any]) -> None:
         cols = self._store(SUBSET_WARC, job.url, t, r, dedup=True)
@@ -225,8 +229,7 @@ class _Outcomes:
         h.errors += 1
         self.stats["host_errors"] += 1
         if wait is not None:
-            h.slot.backoff_until = max(h.slot.backoff_until, self.mono() + wait)
-            h.slot.next_at = max(h.slot.next_at, h.slot.backoff_until)
+            self.back_off(h.slot, wait)
             if h.slot.next_at < self.deadline_s and h.errors < self.cfg.max_host_errors:
                 self.rows.append(_row(job, h.host, t, R.RETRY, error=error, retry_after_s=wait, **base))
                 h.queue.appendleft(_Job(job.url, job.url_hash, job.depth, job.etag, job.last_modified,

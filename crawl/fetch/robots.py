@@ -96,6 +96,8 @@ class _RobotsFetch:
                        content_length=len(r.body), truncated=r.truncated, subset=SUBSET_ROBOTS,
                        **self._store(SUBSET_ROBOTS, url, t, r))
             status, body = r.status, r.body
+            if r.status in (429, 503):  # the host is deferred; its key waits as after a page's 429/503
+                self.back_off(other or h.slot, self._slow_down(h, r))
             if 300 <= r.status < 400 and r.location:
                 target = U.resolve(r.location, url)
                 row.update(status=R.REDIRECT, redirect_location=target)

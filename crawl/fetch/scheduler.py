@@ -192,6 +192,12 @@ class _Scheduling:
             if s.delay > 0:
                 s.next_at = max(s.next_at, ref + s.delay + _GAP_MARGIN_S)
 
+    def back_off(self, s: _Slot, wait: float) -> None:
+        """A 429/503 (its Retry-After, else the backoff): the key starts nothing for ``wait`` seconds, in
+        this task and, when the wait outlasts it, in the next round's (:meth:`backoffs_left`)."""
+        s.backoff_until = max(s.backoff_until, self.mono() + wait)
+        s.next_at = max(s.next_at, s.backoff_until)
+
     def backoffs_left(self) -> dict[str, float]:
         """Key -> Unix time its 429/503 wait ends, for the keys still waiting now (the next round's
         ``backoff_until_unix``)."""

@@ -5,7 +5,7 @@ fetching them and reading their entries (capped per origin, own origin only).
 from __future__ import annotations
 
 import logging
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -24,8 +24,6 @@ from crawl.fetch.outcome import (
     _failure_code,
     _header,
     _row,
-    backoff_delay,
-    parse_retry_after,
 )
 from crawl.fetch.scheduler import _Host, _Job
 
@@ -170,11 +168,8 @@ class _SitemapFetch:
             if target is not None:  # counts against the per-host cap like any sitemap file
                 self._queue_sitemaps(h, [target], after_queued=True)
         elif s in (429, 503):  # the server asks us to slow down: the whole key waits
-            wait = parse_retry_after(r.retry_after, datetime.now(UTC))
-            if wait is None:
-                wait = backoff_delay(self.cfg, h.backoff_n, h.rng)
-                h.backoff_n += 1
-            h.slot.next_at = max(h.slot.next_at, self.mono() + wait)
+            wait = self._slow_down(h, r)
+            self.back_off(h.slot, wait)
             self.rows.append(_row(job, h.host, t, R.RETRY, error=f"http_{s}", retry_after_s=wait, **base))
         else:
             self.rows.append(_row(job, h.host, t, R.GONE if s in (404, 410) else R.HTTP_ERROR, **base))

@@ -19,6 +19,8 @@ Served only when the server is started with ``--origin-bait``:
   falls right after ``Allow: /private/`` in the line ``Allow: /private/public.html`` after
   ``Disallow: /private/``: a crawler that parses the cut line as a rule opens all of ``/private/``.
 
+- ``robots-503.sim.test``: robots.txt answers 503 with Retry-After 30 (seconds): the host is
+  unreachable, and asks for half a minute of quiet.
 - ``sitemap-long.sim.test``: robots.txt names a sitemap whose URL is longer than 2,048 characters (the
   crawler's default ``max_url_length``) and ``/sitemap.xml``, an index of another such file and
   ``/sitemap-1.xml`` (which lists ``/ok.html``); every ``/sitemap-*.xml`` answers, so a request for
@@ -114,7 +116,7 @@ class OriginBait:
         return _html("spellings", f"<ul>{''.join(items)}</ul>")
 
 
-ROBOTS_BAIT_HOSTS = ("robots-cut.sim.test", "sitemap-long.sim.test")
+ROBOTS_BAIT_HOSTS = ("robots-cut.sim.test", "robots-503.sim.test", "sitemap-long.sim.test")
 
 
 def _urlset(*locs: str) -> web.Response:
@@ -129,6 +131,9 @@ def _robots_bait(hostname: str, path: str) -> web.StreamResponse:
     if hostname == "robots-cut.sim.test":
         if path == "/robots.txt":
             return web.Response(body=cut_robots_txt(), content_type="text/plain")
+    elif hostname == "robots-503.sim.test":
+        if path == "/robots.txt":
+            return web.Response(status=503, text="down for maintenance", headers={"Retry-After": "30"})
     elif hostname == "sitemap-long.sim.test":
         base = f"http://{hostname}"
         if path == "/robots.txt":
