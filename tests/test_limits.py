@@ -17,6 +17,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
+from crawl.simweb.origins import BACKOFF_503S
 from tests.conftest import start_simweb
 
 CRAWL = [sys.executable, "-m", "crawl"]
@@ -114,3 +115,19 @@ def test_robots_txt_cut_at_500_kib_and_redirect_chains(web, tmp_path: Path) -> N
             assert robots == ["/robots.txt"] + [f"/robots-{k}.txt" for k in range(1, 5 + 1)], robots
             assert "/robots-6.txt" not in paths
             assert "/private/secret.html" in paths, paths
+
+
+def test_503_without_retry_after_backs_off_exponentially(web, tmp_path: Path) -> None:
+    """503s without Retry-After: the host's next request waits backoff_base_s, then twice, then four
+    times that (jitter 10 %), as the server's request starts show; then its URLs are fetched."""
+    host = "backoff-503.sim.test"
+    since = time.time()
+    crawl_run(web, tmp_path, [f"http://{host}/", f"http://{host}/ok.html", f"http://{host}/private/public.html"],
+              "--rounds", "1", "--delay", "0.1", "--set", "backoff_base_s=1", "--set", "backoff_jitter=0.1",
+              "--set", "sitemaps=false")
+    log = [r for r in our_requests(web, host, since) if r["path"] != "/robots.txt"]
+    assert [r["status"] for r in log[:BACKOFF_503S]] == [503] * BACKOFF_503S
+    assert {r["status"] for r in log[BACKOFF_503S:]} == {200} and len(log) == BACKOFF_503S + 3, log
+    gaps = [b["start"] - a["start"] for a, b in zip(log, log[1:BACKOFF_503S + 1], strict=False)]
+    assert all(g >= 0.9 * 2 ** k for k, g in enumerate(gaps)), gaps
+    assert gaps[-1] < 4 * 1.1 + 2, gaps  # the backoff, not something else, held it

@@ -21,6 +21,8 @@ Served only when the server is started with ``--origin-bait``:
 
 - ``robots-503.sim.test``: robots.txt answers 503 with Retry-After 30 (seconds): the host is
   unreachable, and asks for half a minute of quiet.
+- ``backoff-503.sim.test``: no robots.txt (404); its first ``BACKOFF_503S`` (3) page requests answer
+  503 without Retry-After (the crawler's own backoff decides the wait), the rest 200.
 - ``sitemap-long.sim.test``: robots.txt names a sitemap whose URL is longer than 2,048 characters (the
   crawler's default ``max_url_length``) and ``/sitemap.xml``, an index of another such file and
   ``/sitemap-1.xml`` (which lists ``/ok.html``); every ``/sitemap-*.xml`` answers, so a request for
@@ -77,6 +79,7 @@ class OriginBait:
         """``good_hosts``: (host name, page paths) of the model hosts to spell out."""
         self.port = port
         self.good = good_hosts[:HOSTS]
+        self.pages_503 = 0  # page requests backoff-503.sim.test has had
 
     @property
     def alias(self) -> str | None:
@@ -89,6 +92,10 @@ class OriginBait:
                 or hostname.startswith(("robots-hop-", "robots-chain-")))
 
     def handle(self, hostname: str, path: str) -> web.StreamResponse:
+        if hostname == "backoff-503.sim.test" and path != "/robots.txt":
+            self.pages_503 += 1
+            if self.pages_503 <= BACKOFF_503S:
+                return web.Response(status=503, text="busy, no idea for how long")
         if hostname in ROBOTS_BAIT_HOSTS or hostname.startswith("robots-chain-"):
             return _robots_bait(hostname, path)
         if hostname == "robots-429.sim.test":
@@ -116,7 +123,8 @@ class OriginBait:
         return _html("spellings", f"<ul>{''.join(items)}</ul>")
 
 
-ROBOTS_BAIT_HOSTS = ("robots-cut.sim.test", "robots-503.sim.test", "sitemap-long.sim.test")
+ROBOTS_BAIT_HOSTS = ("robots-cut.sim.test", "robots-503.sim.test", "backoff-503.sim.test", "sitemap-long.sim.test")
+BACKOFF_503S = 3  # backoff-503.sim.test's first page requests that answer 503
 
 
 def _urlset(*locs: str) -> web.Response:
@@ -134,6 +142,9 @@ def _robots_bait(hostname: str, path: str) -> web.StreamResponse:
     elif hostname == "robots-503.sim.test":
         if path == "/robots.txt":
             return web.Response(status=503, text="down for maintenance", headers={"Retry-After": "30"})
+    elif hostname == "backoff-503.sim.test":
+        if path == "/robots.txt":
+            return web.Response(status=404, text="no robots.txt")
     elif hostname == "sitemap-long.sim.test":
         base = f"http://{hostname}"
         if path == "/robots.txt":
@@ -170,5 +181,5 @@ def _html(title: str, body: str) -> web.Response:
                         content_type="text/html")
 
 
-__all__ = ["HOPS", "HOSTS", "IPV6_LITERAL", "LONG_SITEMAP", "OTHER_PORT", "ROBOTS_BAIT_HOSTS", "ROBOTS_BAIT_PATHS", "ROBOTS_CUT_AT", "OriginBait",
+__all__ = ["BACKOFF_503S", "HOPS", "HOSTS", "IPV6_LITERAL", "LONG_SITEMAP", "OTHER_PORT", "ROBOTS_BAIT_HOSTS", "ROBOTS_BAIT_PATHS", "ROBOTS_CUT_AT", "OriginBait",
            "cut_robots_txt", "ipv6_spellings", "spellings"]
