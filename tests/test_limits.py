@@ -18,6 +18,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from crawl.simweb.origins import BACKOFF_503S
+from crawl.simweb.server import lookup_key
 from tests.conftest import start_simweb
 
 CRAWL = [sys.executable, "-m", "crawl"]
@@ -131,3 +132,50 @@ def test_503_without_retry_after_backs_off_exponentially(web, tmp_path: Path) ->
     gaps = [b["start"] - a["start"] for a, b in zip(log, log[1:BACKOFF_503S + 1], strict=False)]
     assert all(g >= 0.9 * 2 ** k for k, g in enumerate(gaps)), gaps
     assert gaps[-1] < 4 * 1.1 + 2, gaps  # the backoff, not something else, held it
+
+
+def test_depth_per_host_cap_and_crawl_delay_over_rounds(web, tmp_path: Path) -> None:
+    """Three ``crawl round`` runs back to back with max depth 1 and 3 pages per host and round, judged
+    by the access log and the simulated web's true link graph: no page more than one link from a seed
+    was requested, no host got more than 3 distinct pages in a round, a Crawl-delay of 0.5 s held
+    across the round boundaries, and a host whose Crawl-delay is above max_crawl_delay_s had its
+    robots.txt asked once (cached) and nothing else."""
+    m = web.model
+    seeds = [*m.seed_urls(3), "http://news-004.sim.test/", "http://blog-004.sim.test/"]
+    delays = {h.name: h.crawl_delay for h in m.hosts if h.crawl_delay}
+    assert delays["news-004.sim.test"] == 0.5 and delays["blog-004.sim.test"] == 5.0
+    near = set()  # seeds and the pages they link to: depth <= 1
+    for u in seeds:
+        pid = m.page_at(m.host_of(u.split("/")[2]), "/")
+        near |= {pid, *m.link_dst[m.links(pid)].tolist()}
+    windows = []
+    for i in range(3):
+        t0 = time.time()
+        cmd = [*CRAWL, "round", "--root", str(tmp_path), "--crawl-id", "t", "--resolve", web.resolve_rule,
+               "--no-dashboard", "--workers", "1", "--partitions", "2", "--delay", "0.05", "--max-depth", "1",
+               "--max-pages-per-host-per-round", "3", "--round-duration-s", "8", "--set", "max_crawl_delay_s=1", "--set", "sitemaps=false",
+               *(["--seeds", *seeds] if i == 0 else [])]
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0, out.stderr[-3000:]
+        windows.append((t0, time.time()))
+    log = [r for r in web.log().to_pylist() if r["user_agent"].startswith(UA) and r["start"] >= windows[0][0]]
+    pages = [r for r in log if not r["path"].startswith(("/robots.txt", "/robots-moved.txt"))]
+    deep = []
+    for r in pages:
+        path, _, query = r["path"].partition("?")
+        host = m.host_of(r["host"])
+        if host is None or m.page_at(host, lookup_key(path, query)) not in near:
+            deep.append(r["host"] + r["path"])
+    assert len(pages) > 20 and not deep, deep[:5]
+    most = 0
+    for a, b in windows:
+        per_host: dict[str, set[str]] = {}
+        for r in pages:
+            if a <= r["start"] <= b:
+                per_host.setdefault(r["host"], set()).add(r["path"])
+        most = max(most, *map(len, per_host.values()))
+        assert most <= 3, {h: sorted(p) for h, p in per_host.items() if len(p) > 3}
+    assert most == 3  # the cap was reached, so it was what held
+    slow = sorted(r["start"] for r in log if r["host"] == "news-004.sim.test")
+    assert len(slow) >= 4 and min(b - a for a, b in zip(slow, slow[1:], strict=False)) >= 0.5, slow
+    assert [r["path"] for r in log if r["host"] == "blog-004.sim.test"] == ["/robots.txt"]
