@@ -275,6 +275,11 @@ def test_hostile_limits(simweb, tmp_path: Path) -> None:
     assert "r1/p0-crawldiagnostics.warc.gz" in check_warc(out, tmp_path)
     log = log_for(sw, {"hostile-001.sim.test", target_host}, since)
     assert not [r for r in log if r["host"] == target_host], "cross-host redirect target was fetched"
+    # the body cap seen by the server: the 256 MiB body and the endless one were cut off (the client
+    # closed; the server sent what its socket buffers took), not read to their end or to its 120 s bound
+    for n in ("huge", "endless"):
+        served = [r for r in log if r["path"] == "/fault/" + n]
+        assert len(served) == 1 and served[0]["bytes"] < 32 << 20 and served[0]["end"] - served[0]["start"] < 10, served
     # ... read from a complete log: the host's requests are exactly the attempts the task recorded
     assert Counter((r["host"], r["path"]) for r in log) == \
         Counter(_target(r["url"]) for r in _sent(out) if U.host_of(r["url"]) in ("hostile-001.sim.test", target_host))
