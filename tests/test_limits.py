@@ -43,6 +43,17 @@ def crawl_run(simweb, root: Path, seeds: list[str], *args: str, timeout: float =
     assert out.returncode == 0, out.stderr[-3000:]
 
 
+def crawl_round(simweb, root: Path, *args: str, seeds: list[str] | None = None) -> tuple[float, float]:
+    """One ``crawl round`` as a user types it; returns its (start, end) in Unix time."""
+    t0 = time.time()
+    cmd = [*CRAWL, "round", "--root", str(root), "--crawl-id", "t", "--resolve", simweb.resolve_rule,
+           "--no-dashboard", "--workers", "1", "--partitions", "2", "--delay", "0.05", "--set", "sitemaps=false",
+           *args, *(["--seeds", *seeds] if seeds else [])]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return t0, time.time()
+
+
 def our_requests(simweb, host: str, since: float) -> list[dict]:
     """Our requests to ``host`` in the server's access log (flushed first), by start time."""
     rows = [r for r in simweb.log().to_pylist()
@@ -148,16 +159,9 @@ def test_depth_per_host_cap_and_crawl_delay_over_rounds(web, tmp_path: Path) -> 
     for u in seeds:
         pid = m.page_at(m.host_of(u.split("/")[2]), "/")
         near |= {pid, *m.link_dst[m.links(pid)].tolist()}
-    windows = []
-    for i in range(3):
-        t0 = time.time()
-        cmd = [*CRAWL, "round", "--root", str(tmp_path), "--crawl-id", "t", "--resolve", web.resolve_rule,
-               "--no-dashboard", "--workers", "1", "--partitions", "2", "--delay", "0.05", "--max-depth", "1",
-               "--max-pages-per-host-per-round", "3", "--round-duration-s", "8", "--set", "max_crawl_delay_s=1", "--set", "sitemaps=false",
-               *(["--seeds", *seeds] if i == 0 else [])]
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-        assert out.returncode == 0, out.stderr[-3000:]
-        windows.append((t0, time.time()))
+    windows = [crawl_round(web, tmp_path, "--max-depth", "1", "--max-pages-per-host-per-round", "3",
+                           "--round-duration-s", "8", "--set", "max_crawl_delay_s=1", seeds=seeds if i == 0 else None)
+               for i in range(3)]
     log = [r for r in web.log().to_pylist() if r["user_agent"].startswith(UA) and r["start"] >= windows[0][0]]
     pages = [r for r in log if not r["path"].startswith(("/robots.txt", "/robots-moved.txt"))]
     deep = []
@@ -179,3 +183,17 @@ def test_depth_per_host_cap_and_crawl_delay_over_rounds(web, tmp_path: Path) -> 
     slow = sorted(r["start"] for r in log if r["host"] == "news-004.sim.test")
     assert len(slow) >= 4 and min(b - a for a, b in zip(slow, slow[1:], strict=False)) >= 0.5, slow
     assert [r["path"] for r in log if r["host"] == "blog-004.sim.test"] == ["/robots.txt"]
+
+
+def test_robots_cache_is_used_for_24_hours_then_asked_again(web, tmp_path: Path) -> None:
+    """RFC 9309 §2.4: a cached robots.txt serves for at most 24 hours (robots_ttl_s). Three rounds at
+    the round times (``--now``) 0 h, 1 h and 25 h: the server is asked for robots.txt in the first and
+    the third, not the second, while each round fetched pages of the host."""
+    host = "docs-001.sim.test"
+    rounds = [crawl_round(web, tmp_path, "--max-pages-per-host-per-round", "2", "--round-duration-s", "8",
+                          "--now", now, seeds=[f"http://{host}/"] if i == 0 else None)
+              for i, now in enumerate(("2026-06-01T00:00:00Z", "2026-06-01T01:00:00Z", "2026-06-02T01:00:00Z"))]
+    log = our_requests(web, host, rounds[0][0])
+    robots = [sum(a <= r["start"] <= b for r in log if r["path"] == "/robots.txt") for a, b in rounds]
+    pages = [sum(a <= r["start"] <= b for r in log if r["path"] != "/robots.txt") for a, b in rounds]
+    assert robots == [1, 0, 1] and all(pages), (robots, pages)
