@@ -460,10 +460,22 @@ def _new_urls(cfg: CrawlConfig, store: Store, con: duckdb.DuckDBPyConnection, db
     if cand.num_rows == 0:
         return crawldb.CRAWLDB_SCHEMA.empty_table(), stats
     cand = cand.append_column("host", url_columns(cand.column("url"), ("host",), cfg.allowed_schemes)["host"])
-    # per-host total cap: URLs already known for the host + new ones, seeds and shallow ones first
+    # per-host total cap: URLs already known for the host + new ones, seeds and shallow ones first.
+    # Known: the previous CrawlDb's rows and the URLs fetched this round that it does not hold (seeds
+    # fetched in the round that injected them, redirect hops followed in the fetch), which join the
+    # CrawlDb with this update too; without them a seeded host kept max_pages_per_host + 1 URLs.
+    # "Not in the CrawlDb" probes its url_hash column with a hash of this round's fetches (the small side).
     con.register("cand", cand)
-    known = f"SELECT host, count(*) AS n FROM {db_src} GROUP BY 1" if db_src else \
-        "SELECT NULL::VARCHAR AS host, 0 AS n WHERE false"
+    con.register("fetched_now", fupd.select(["host", "url_hash"]))
+    if db_src:
+        known = f"""SELECT host, sum(n) AS n FROM (
+            SELECT host, count(*) AS n FROM {db_src} GROUP BY 1
+            UNION ALL
+            SELECT host, count(*) FROM fetched_now WHERE url_hash NOT IN (
+                SELECT url_hash FROM {db_src} WHERE url_hash IN (SELECT url_hash FROM fetched_now))
+            GROUP BY 1) GROUP BY 1"""
+    else:
+        known = "SELECT host, count(*) AS n FROM fetched_now GROUP BY 1"
     cand = con.sql(f"""
         WITH k AS ({known})
         SELECT c.* EXCLUDE (rk) FROM (

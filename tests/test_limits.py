@@ -197,3 +197,19 @@ def test_robots_cache_is_used_for_24_hours_then_asked_again(web, tmp_path: Path)
     robots = [sum(a <= r["start"] <= b for r in log if r["path"] == "/robots.txt") for a, b in rounds]
     pages = [sum(a <= r["start"] <= b for r in log if r["path"] != "/robots.txt") for a, b in rounds]
     assert robots == [1, 0, 1] and all(pages), (robots, pages)
+
+
+def test_pages_per_host_in_total(web, tmp_path: Path) -> None:
+    """max_pages_per_host (URLs kept per host over the whole crawl): three rounds of 3 pages per host
+    would ask 7 of a seeded host; with a total of 5, the server sees at most 5 distinct pages of any
+    host over the crawl, and 5 of the seeded ones."""
+    seeds = web.model.seed_urls(2)
+    since = time.time()
+    crawl_run(web, tmp_path, seeds, "--rounds", "3", "--max-pages-per-host-per-round", "3", "--delay", "0.05",
+              "--round-duration-s", "8", "--set", "max_pages_per_host=5", "--set", "sitemaps=false")
+    per_host: dict[str, set[str]] = {}
+    for r in web.log().to_pylist():
+        if r["user_agent"].startswith(UA) and r["start"] >= since and r["path"] != "/robots.txt":
+            per_host.setdefault(r["host"], set()).add(r["path"])
+    assert max(map(len, per_host.values())) <= 5, {h: len(p) for h, p in per_host.items()}
+    assert [len(per_host[s.split("/")[2]]) for s in seeds] == [5, 5], {h: len(p) for h, p in per_host.items()}
