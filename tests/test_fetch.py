@@ -315,8 +315,9 @@ def test_429_retry_after_and_503_backoff(simweb, tmp_path: Path) -> None:
         gaps = [b["start"] - a["start"] for a, b in zip(seq, seq[1:], strict=False) if a["status"] in (429, 503)]
         assert gaps and min(gaps) >= wait, (host, gaps)
     # a Retry-After beyond the task deadline: row 'retry' with retry_after_s, the host's rest deferred
+    # (backoff_cap_s, which also caps an obeyed Retry-After, above the 7 s asked)
     urls = [FAULT + "429-seconds"] + [u for u in host_urls(sw, "hostile-001.sim.test") if "/blog/" in u][:2]
-    out = run(cfg, urls, tmp_path, "r1/p1", deadline_s=3)
+    out = run(cfg.replace(backoff_cap_s=60.0), urls, tmp_path, "r1/p1", deadline_s=3)
     rows = last_rows(out)
     assert rows[urls[0]]["status"] == "retry" and rows[urls[0]]["retry_after_s"] == 7.0
     assert all(rows[u]["status"] == "deferred" and rows[u]["error"] == "host_backoff" for u in urls[1:])

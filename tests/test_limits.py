@@ -213,3 +213,17 @@ def test_pages_per_host_in_total(web, tmp_path: Path) -> None:
             per_host.setdefault(r["host"], set()).add(r["path"])
     assert max(map(len, per_host.values())) <= 5, {h: len(p) for h, p in per_host.items()}
     assert [len(per_host[s.split("/")[2]]) for s in seeds] == [5, 5], {h: len(p) for h, p in per_host.items()}
+
+
+def test_a_retry_after_of_a_century_is_capped(web, tmp_path: Path) -> None:
+    """Retry-After 4000000000 s (127 years): the host is held back for backoff_cap_s (3 s here), not
+    for good. Short back-to-back rounds defer it meanwhile; once the cap has passed it is asked again
+    (before, the wait was carried from round to round and the host never asked again)."""
+    host = "retry-after-huge.sim.test"
+    since = time.time()
+    crawl_run(web, tmp_path, [f"http://{host}/", f"http://{host}/ok.html"], "--rounds", "6", "--delay", "0.1",
+              "--round-duration-s", "2", "--set", "backoff_cap_s=3", "--set", "sitemaps=false")
+    asked = [r for r in our_requests(web, host, since) if r["path"] != "/robots.txt"]
+    assert len(asked) >= 2 and {r["status"] for r in asked} == {429}, asked
+    gaps = [b["start"] - a["start"] for a, b in zip(asked, asked[1:], strict=False)]
+    assert all(g >= 3 for g in gaps), gaps

@@ -146,13 +146,15 @@ class _Outcomes:
             self.rows.append(_row(job, h.host, t, R.HTTP_ERROR, **base))
 
     def _slow_down(self, h: _Host, r: _Response) -> float:
-        """Seconds a 429/503 asks the key to wait: its ``Retry-After``, else the host's next backoff."""
+        """Seconds a 429/503 asks the key to wait: its ``Retry-After``, else the host's next backoff;
+        at most ``cfg.backoff_cap_s`` either way (the wait outlives the round: a server's
+        ``Retry-After`` of a century must not shut its host out for good)."""
         # an HTTP-date is the server's real clock, so compare with ours, not the task's `now`
         wait = parse_retry_after(r.retry_after, datetime.now(UTC))
         if wait is None:
             wait = backoff_delay(self.cfg, h.backoff_n, h.rng)
             h.backoff_n += 1
-        return wait
+        return min(wait, self.cfg.backoff_cap_s)
 
     def _fetched(self, h: _Host, job: _Job, t: datetime, r: _Response, base: dict[str, Any]) -> None:
         cols = self._store(SUBSET_WARC, job.url, t, r, dedup=True)

@@ -23,6 +23,8 @@ Served only when the server is started with ``--origin-bait``:
   unreachable, and asks for half a minute of quiet.
 - ``backoff-503.sim.test``: no robots.txt (404); its first ``BACKOFF_503S`` (3) page requests answer
   503 without Retry-After (the crawler's own backoff decides the wait), the rest 200.
+- ``retry-after-huge.sim.test``: no robots.txt; every page answers 429 with Retry-After 4000000000
+  (seconds: 127 years).
 - ``sitemap-long.sim.test``: robots.txt names a sitemap whose URL is longer than 2,048 characters (the
   crawler's default ``max_url_length``) and ``/sitemap.xml``, an index of another such file and
   ``/sitemap-1.xml`` (which lists ``/ok.html``); every ``/sitemap-*.xml`` answers, so a request for
@@ -123,7 +125,8 @@ class OriginBait:
         return _html("spellings", f"<ul>{''.join(items)}</ul>")
 
 
-ROBOTS_BAIT_HOSTS = ("robots-cut.sim.test", "robots-503.sim.test", "backoff-503.sim.test", "sitemap-long.sim.test")
+ROBOTS_BAIT_HOSTS = ("robots-cut.sim.test", "robots-503.sim.test", "backoff-503.sim.test", "retry-after-huge.sim.test",
+                     "sitemap-long.sim.test")
 BACKOFF_503S = 3  # backoff-503.sim.test's first page requests that answer 503
 
 
@@ -142,9 +145,11 @@ def _robots_bait(hostname: str, path: str) -> web.StreamResponse:
     elif hostname == "robots-503.sim.test":
         if path == "/robots.txt":
             return web.Response(status=503, text="down for maintenance", headers={"Retry-After": "30"})
-    elif hostname == "backoff-503.sim.test":
+    elif hostname in ("backoff-503.sim.test", "retry-after-huge.sim.test"):
         if path == "/robots.txt":
             return web.Response(status=404, text="no robots.txt")
+        if hostname == "retry-after-huge.sim.test":
+            return web.Response(status=429, text="come back next century", headers={"Retry-After": "4000000000"})
     elif hostname == "sitemap-long.sim.test":
         base = f"http://{hostname}"
         if path == "/robots.txt":
