@@ -540,12 +540,17 @@ def merge_shard(cfg: CrawlConfig, round_no: int, shard: int, inputs: ShardInputs
     con = duck.connect()
     con.register("db", db)
     con.register("u", fupd)
+    # a fetched URL CrawlDb N-1 does not hold is a redirect hop, or a seed injected this round
+    inject_rel = store.round_dir(round_no, "inject.parquet")
+    con.register("inj", (store.read_table(inject_rel, crawldb.CRAWLDB_SCHEMA) if store.exists(inject_rel)
+                         else crawldb.CRAWLDB_SCHEMA.empty_table()).select(["url_hash"]))
     upd = con.sql(f"""
         SELECT
           u.url, u.url_hash, coalesce(d.host, u.host) AS host, d.pkey,
           coalesce(d.depth, u.depth) AS depth,
           coalesce(d.discovered_round, {round_no}) AS discovered_round,
-          coalesce(d.source, 'redirect') AS source,
+          coalesce(d.source, CASE WHEN u.url_hash IN (SELECT url_hash FROM inj) THEN 'seed' ELSE 'redirect' END)
+            AS source,
           u.status, u.http_status,
           CASE WHEN u.fetch_status IN ('deferred', 'filtered') THEN d.fetch_time ELSE u.fetch_time END AS fetch_time,
           CASE WHEN ok THEN u.fetch_time ELSE d.last_success_time END AS last_success_time,

@@ -213,6 +213,13 @@ def test_pages_per_host_in_total(web, tmp_path: Path) -> None:
             per_host.setdefault(r["host"], set()).add(r["path"])
     assert max(map(len, per_host.values())) <= 5, {h: len(p) for h, p in per_host.items()}
     assert [len(per_host[s.split("/")[2]]) for s in seeds] == [5, 5], {h: len(p) for h, p in per_host.items()}
+    # the seeds are seeds in the CrawlDb (they were fetched in the round that injected them: before,
+    # such a row was labelled a redirect target)
+    out = subprocess.run([*CRAWL, "query", "--root", str(tmp_path), "--crawl-id", "t", "--json",
+                          "SELECT url, source FROM crawldb WHERE source = 'seed' ORDER BY url"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert json.loads(out.stdout) == [{"url": u, "source": "seed"} for u in sorted(seeds)]
 
 
 def test_a_retry_after_of_a_century_is_capped(web, tmp_path: Path) -> None:
