@@ -565,3 +565,20 @@ def test_total_timeout_bounds_each_request(simweb, tmp_path: Path) -> None:
     starts = [by[n]["fetch_time"] for n in ("slow", "stall", "stall-accept", "404")]
     took = [(b - a).total_seconds() for a, b in zip(starts, starts[1:], strict=False)]
     assert all(cfg.total_timeout_s <= t < cfg.read_timeout_s for t in took), took
+
+
+def test_an_earlier_rounds_backoff_is_waited_out_or_passed_on(simweb, tmp_path: Path) -> None:
+    """``backoff_until_unix`` (the previous round's pending 429/503 waits, crawl.tasks.previous_contact):
+    a key of this task whose wait ends within the task starts its first request only then (the
+    server's log), and the wait of a key this task does not have is passed on to the next round as it
+    is, so a round without URLs of that host does not end it."""
+    sw = simweb
+    urls = host_urls(sw, "docs-001.sim.test", 2)
+    since = time.time()
+    elsewhere = since + 600.0
+    out = run(cfg_for(sw, sitemaps=False), urls, tmp_path,
+              backoff_until_unix={"docs-001.sim.test": since + 1.5, "hostile-009.sim.test": elsewhere})
+    assert all(r["status"] == "fetched" for r in last_rows(out).values())
+    log = sorted(log_for(sw, {"docs-001.sim.test"}, since), key=lambda r: r["start"])
+    assert len(log) == 3 and log[0]["start"] >= since + 1.5, [(r["path"], r["start"] - since) for r in log]
+    assert out.stats["host_backoff_until"] == {"hostile-009.sim.test": elsewhere}

@@ -185,6 +185,7 @@ class _Fetcher(_Scheduling, _HttpCalls, _Outcomes, _RobotsFetch, _SitemapFetch, 
         self.on_hold: Callable[[int, str, str | None, list[tuple[str, str]], bytes], None] | None = None
         self.last_contact_unix: float | None = None  # an earlier task's last contact (fetch_partition)
         self.backoff_until_unix: Mapping[str, float] | None = None  # its keys' 429/503 waits (fetch_partition)
+        self.backoff_elsewhere: dict[str, float] = {}  # those of keys not in this task, passed on as they are
 
     # -- may we go on? (lease fencing / scheduler connection, see crawl.tasks.may_continue) -----
     def _watch(self, loop: asyncio.AbstractEventLoop, done: threading.Event) -> None:

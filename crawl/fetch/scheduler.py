@@ -175,12 +175,17 @@ class _Scheduling:
         robots.txt later in this task is counted from it as well (:meth:`_RobotsFetch.apply_policy`).
         ``backoff_until_unix`` (key -> Unix time): the waits 429/503 answers asked of the earlier round
         that had not ended with it; a key waits them out here too (one ending after this task's
-        deadline defers the key's hosts when it is admitted). Called once the slots are built, before
-        any is queued."""
+        deadline defers the key's hosts when it is admitted; a key this task does not have is passed
+        on as it is, so a round without URLs of the host does not end its wait). Called once the slots
+        are built, before any is queued."""
         now, wall = self.mono(), time.time()
+        self.backoff_elsewhere = {}
         for key, until in (backoff_until_unix or {}).items():
             s = self.slots.get(key)
-            if s is not None and until > wall:
+            if s is None:
+                if until > wall:
+                    self.backoff_elsewhere[key] = until
+            elif until > wall:
                 s.backoff_until = max(s.backoff_until, now + until - wall)
                 s.next_at = max(s.next_at, s.backoff_until)
         if last_contact_unix is None:
@@ -202,7 +207,9 @@ class _Scheduling:
         """Key -> Unix time its 429/503 wait ends, for the keys still waiting now (the next round's
         ``backoff_until_unix``)."""
         now, wall = self.mono(), time.time()
-        return {s.key: round(wall + s.backoff_until - now, 3) for s in self.slots.values() if s.backoff_until > now}
+        left = {k: u for k, u in self.backoff_elsewhere.items() if u > wall}
+        left.update({s.key: round(wall + s.backoff_until - now, 3) for s in self.slots.values() if s.backoff_until > now})
+        return left
 
     def push(self, s: _Slot) -> None:
         if not s.in_heap and s.has_work():
