@@ -78,6 +78,17 @@ def shard_path(store: Store, version: int, shard: int) -> str:
     return f"{store.crawldb_dir(version)}/shard={shard:02d}.parquet"
 
 
+def inject_path(store: Store, round_no: int) -> str:
+    """The seeds injected for round ``round_no`` (CrawlDb rows; written by inject, read by generate and update)."""
+    return store.round_dir(round_no, "inject.parquet")
+
+
+def read_injected(store: Store, round_no: int) -> pa.Table | None:
+    """The rows :func:`inject_path` holds, or None when nothing was injected for the round."""
+    rel = inject_path(store, round_no)
+    return store.read_table(rel, CRAWLDB_SCHEMA) if store.exists(rel) else None
+
+
 def overlay_path(store: Store, version: int, shard: int) -> str:
     """A shard's overlay: the rows changed since its base file was written (see :func:`write_overlay`)."""
     return f"{store.crawldb_dir(version)}/overlay/shard={shard:02d}.parquet"

@@ -104,7 +104,7 @@ def _inject(cfg: CrawlConfig, seeds: Sequence[str], now: datetime | None) -> dic
     canon = validate_seeds(seeds, cfg)
     store = _store(cfg)
     n = next_round(cfg)
-    rel = store.round_dir(n, "inject.parquet")
+    rel = crawldb.inject_path(store, n)
     hosts = [host_of(u, cfg.allowed_schemes) for u in canon]
     rows = crawldb.conform(pa.table({
         "url": pa.array(canon, pa.string()),
@@ -156,10 +156,10 @@ def _generate(cfg: CrawlConfig, now: datetime | None) -> dict[str, Any]:
     # every column of the due rows: the selected ones are what update merges this round's fetches into
     due_rows, known_hashes = crawldb.read_due(store, n - 1, cfg.url_shards, now, columns=tuple(crawldb.CRAWLDB_SCHEMA.names))
     db = due_rows.select(list(crawldb.GENERATE_COLUMNS))
-    inject_rel = store.round_dir(n, "inject.parquet")
     cands = [db]
-    if store.exists(inject_rel):
-        inj = store.read_table(inject_rel, crawldb.CRAWLDB_SCHEMA).select(db.column_names)
+    inj = crawldb.read_injected(store, n)
+    if inj is not None:
+        inj = inj.select(db.column_names)
         known = seen.sorted_unique(known_hashes)
         cands.append(inj.filter(pa.array(~seen.confirm(inj.column("url_hash").to_numpy(), known))))
     candidates = pa.concat_tables(cands)

@@ -237,10 +237,10 @@ def _injects_only_known(cfg: CrawlConfig, store: Store, round_no: int) -> bool:
     """Whether every seed injected for ``round_no`` is a URL CrawlDb ``round_no - 1`` knows already (true
     when nothing was injected). Such seeds add no row (:func:`_new_urls` drops known URLs), so they do
     not stop a carry-forward: re-injecting a crawl's seeds each round must not cost a full merge."""
-    rel = store.round_dir(round_no, "inject.parquet")
-    if not store.exists(rel):
+    injected = crawldb.read_injected(store, round_no)
+    if injected is None:
         return True
-    hashes = store.read_table(rel, crawldb.CRAWLDB_SCHEMA).column("url_hash").to_numpy()
+    hashes = injected.column("url_hash").to_numpy()
     shard = seen.shard_of(hashes, cfg.url_shards)
     for s in np.unique(shard):
         sub = hashes[shard == s]
@@ -343,9 +343,9 @@ def prepare(cfg: CrawlConfig, store: Store, round_no: int, fetched_all: pa.Table
     links, link_graph = _prepare_links(cfg, fetches, canon_links)
     if hooks.link_graph is not None:
         hooks.link_graph(link_graph)
-    inject_rel = store.round_dir(round_no, "inject.parquet")
-    injected = store.read_table(inject_rel, crawldb.CRAWLDB_SCHEMA) if store.exists(inject_rel) else \
-        crawldb.CRAWLDB_SCHEMA.empty_table()
+    injected = crawldb.read_injected(store, round_no)
+    if injected is None:
+        injected = crawldb.CRAWLDB_SCHEMA.empty_table()
     sm_links, sm_evidence = _sitemap_entries(cfg, store, con, round_no)
     if sm_links.num_rows:
         links = pa.concat_tables([links, sm_links])
@@ -541,9 +541,8 @@ def merge_shard(cfg: CrawlConfig, round_no: int, shard: int, inputs: ShardInputs
     con.register("db", db)
     con.register("u", fupd)
     # a fetched URL CrawlDb N-1 does not hold is a redirect hop, or a seed injected this round
-    inject_rel = store.round_dir(round_no, "inject.parquet")
-    con.register("inj", (store.read_table(inject_rel, crawldb.CRAWLDB_SCHEMA) if store.exists(inject_rel)
-                         else crawldb.CRAWLDB_SCHEMA.empty_table()).select(["url_hash"]))
+    injected = crawldb.read_injected(store, round_no)
+    con.register("inj", (crawldb.CRAWLDB_SCHEMA.empty_table() if injected is None else injected).select(["url_hash"]))
     upd = con.sql(f"""
         SELECT
           u.url, u.url_hash, coalesce(d.host, u.host) AS host, d.pkey,
