@@ -137,6 +137,7 @@ def fetch_task(cfg: CrawlConfig, round_no: int, part: int, now: datetime, token:
     store = Store(cfg.root, cfg.crawl_id)
     if store.is_done(round_no, "fetched", part):
         PartitionCheckpoints(store, round_no, part, "").remove()  # left when killed just after the marker
+        store.remove(pending_waits_path(store, round_no, part))  # likewise: the marker has them
         return store.read_json(store.part_file(round_no, "fetched", part, "done"))
     go_on = may_continue(store, token)
     if not go_on():
@@ -159,6 +160,9 @@ def fetch_task(cfg: CrawlConfig, round_no: int, part: int, now: datetime, token:
         ahead = ParseAhead(cfg.parse_overlap_docs, cfg.max_outlinks_per_page, cfg.allowed_schemes,
                            MediaLimits.from_config(cfg))
     last_contact, backoff_until = previous_contact(store, round_no)
+    told = PendingWaits(store, round_no, part, cfg.backoff_cap_s)  # those a dead attempt was told
+    for key, until in told.waits.items():
+        backoff_until[key] = max(backoff_until.get(key, 0.0), until)
     try:
         out = fetch_partition(
             cfg,
@@ -176,6 +180,7 @@ def fetch_task(cfg: CrawlConfig, round_no: int, part: int, now: datetime, token:
             on_hold=ahead.feed if ahead is not None else None,
             last_contact_unix=last_contact,
             backoff_until_unix=backoff_until,
+            on_wait=told.add,
         )
     finally:
         if ahead is not None:
@@ -210,6 +215,7 @@ def fetch_task(cfg: CrawlConfig, round_no: int, part: int, now: datetime, token:
     store.mark_done(round_no, "fetched", part, stats)
     if checkpoints is not None:  # the partition's rows are in its fetched file now
         checkpoints.remove()
+    told.remove()  # the marker's host_backoff_until carries the waits still running
     if parse:  # after the fetch marker: a crash from here on leaves a fetched partition to parse_task
         _parse_and_mark(cfg, store, round_no, part, fetches, out.bodies, chunks)
     return stats
@@ -256,6 +262,50 @@ def previous_contact(store: Store, round_no: int, back: int = 10) -> tuple[float
         if ends:
             return max(ends), backoff
     return None, {}
+
+
+def pending_waits_path(store: Store, round_no: int, part: int) -> str:
+    return store.part_file(round_no, "fetched", part, "waits.json")
+
+
+class PendingWaits:
+    """The 429/503 waits a fetch attempt of a partition was told, kept from when each is set until the
+    partition's done marker (whose ``host_backoff_until`` carries them on to the next round).
+
+    Why: the fetcher keeps a wait in memory and writes it into the marker when the task ends. A task
+    killed meanwhile (SIGKILL, OOM, a lost worker) took it along, and its rerun (an Airflow or Dask
+    retry, ``crawl step fetch_parse`` again) asked the host again after one quiet period
+    (:func:`wait_after_dead_attempt`), before its ``Retry-After`` had passed (tests/test_limits.py).
+
+    One small JSON file per partition (key -> Unix time the wait ends), at a deterministic path beside
+    the marker, rewritten whole (atomically) each time a wait is set: on the event loop, but only on a
+    429/503 answer. It is not a checkpoint (:mod:`crawl.checkpoint`): it holds even with checkpoints
+    off or for another fetch list, since a host's wait does not depend on which URLs are asked. Read
+    back, a wait is capped at ``backoff_cap_s`` from now (as when it was set) and an ended one dropped.
+    """
+
+    def __init__(self, store: Store, round_no: int, part: int, cap_s: float) -> None:
+        self.store = store
+        self.rel = pending_waits_path(store, round_no, part)
+        now = time.time()
+        try:
+            raw = store.read_json(self.rel, {}) or {}
+        except (ValueError, OSError):  # damaged outside the crawler: the earlier attempt's waits are lost
+            raw = {}
+        self.waits: dict[str, float] = {}
+        for key, until in (raw.get("waits") or {}).items() if isinstance(raw, dict) else ():
+            if isinstance(until, int | float) and until > now:
+                self.waits[str(key)] = min(float(until), now + cap_s)
+
+    def add(self, key: str, until: float) -> None:
+        """A wait just set (:meth:`crawl.fetch.scheduler._Scheduling.back_off`): written at once."""
+        now = time.time()
+        self.waits = {k: u for k, u in self.waits.items() if u > now}
+        self.waits[key] = max(self.waits.get(key, 0.0), until)
+        self.store.write_json(self.rel, {"waits": self.waits})
+
+    def remove(self) -> None:
+        self.store.remove(self.rel)
 
 
 def wait_after_dead_attempt(cfg: CrawlConfig, store: Store, round_no: int, part: int,

@@ -234,3 +234,46 @@ def test_a_retry_after_of_a_century_is_capped(web, tmp_path: Path) -> None:
     assert len(asked) >= 2 and {r["status"] for r in asked} == {429}, asked
     gaps = [b["start"] - a["start"] for a, b in zip(asked, asked[1:], strict=False)]
     assert all(g >= 3 for g in gaps), gaps
+
+
+def test_a_wait_told_before_a_crash_holds_in_the_rerun(web, tmp_path: Path) -> None:
+    """A host answers 429 with a (capped, 10 s) Retry-After; the fetching process (``crawl step
+    fetch_parse`` with its Dask workers) is killed with SIGKILL a moment later, while the task waits it
+    out; the step is run again at once, as an Airflow retry would (same run id, so the lease passes on
+    without expiring). The rerun asks the host nothing, robots.txt included, until the wait has passed
+    (the server's access log). Before, the wait lived only in the task's memory until its end: the rerun
+    asked the host again about 3 s after the 429 (a quiet period after the dead attempt)."""
+    import os
+    import signal
+
+    host, cap = "retry-after-huge.sim.test", 10.0
+    root = tmp_path / "root"
+    common = ["--root", str(root), "--crawl-id", "t", "--resolve", web.resolve_rule, "--delay", "0.1",
+              "--partitions", "1", "--workers", "1", "--no-dashboard", "--round-duration-s", "15",
+              "--set", f"backoff_cap_s={cap}", "--set", "max_crawl_delay_s=1", "--set", "sitemaps=false"]
+    for step in (["inject", "--seeds", f"http://{host}/", f"http://{host}/ok.html"], ["generate"]):
+        out = subprocess.run([*CRAWL, "step", *step, *common], capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr[-3000:]
+    fetch = [*CRAWL, "step", "fetch_parse", "--round", "1", "--run-id", "run-1", *common]
+    since = time.time()
+    with open(tmp_path / "killed.stderr", "w") as err:
+        proc = subprocess.Popen(fetch, stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and proc.poll() is None and \
+                not any(r["status"] == 429 for r in our_requests(web, host, since)):
+            time.sleep(0.2)
+        assert proc.poll() is None, (tmp_path / "killed.stderr").read_text()[-3000:]
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)  # the CLI and the Dask workers it started
+        proc.wait(10)
+    told = [r for r in our_requests(web, host, since) if r["status"] == 429]
+    assert len(told) == 1, our_requests(web, host, since)
+    until = told[0]["end"] + cap
+    assert time.time() < until - 3, "killed too late to tell"  # the wait was still running at the kill
+    out = subprocess.run(fetch, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-3000:]
+    after = [r for r in our_requests(web, host, since) if r["start"] > told[0]["end"]]
+    assert after, "the rerun never asked the host"  # not vacuous: it had the host's URLs to fetch
+    early = [(round(r["start"] - told[0]["end"], 2), r["path"]) for r in after if r["start"] < until]
+    assert not early, f"asked within the {cap} s wait told before the crash: {early}"

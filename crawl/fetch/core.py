@@ -482,6 +482,7 @@ def fetch_partition(
     on_hold: Callable[[int, str, str | None, list[tuple[str, str]], bytes], None] | None = None,
     last_contact_unix: float | None = None,
     backoff_until_unix: Mapping[str, float] | None = None,
+    on_wait: Callable[[str, float], None] | None = None,
 ) -> FetchOutput:
     """Fetch one fetch-list partition politely; write its WARC files under ``root``; return rows.
 
@@ -524,6 +525,9 @@ def fetch_partition(
     it to wait (the previous round's ``stats["host_backoff_until"]``, which lists the keys whose wait
     outlasted that task): the key's first request waits for it, and a key whose wait ends after this
     task's deadline has its URLs deferred (``host_backoff``) without a request.
+    ``on_wait(key, until)``: called (on the event loop) each time a 429/503 sets a key's wait, with the
+    Unix time it ends, so the caller can keep it where a rerun after a crash finds it
+    (:func:`crawl.tasks.fetch_task`).
     """
     f = _Fetcher(cfg, root, warc_prefix, now, known_digests,
                  cfg.round_duration_s if deadline_s is None else deadline_s,
@@ -533,6 +537,7 @@ def fetch_partition(
     f.on_hold = on_hold
     f.last_contact_unix = last_contact_unix
     f.backoff_until_unix = backoff_until_unix
+    f.on_wait = on_wait
     f.load(fetchlist, robots_cache, resume)
     started = time.monotonic()
     try:

@@ -12,7 +12,7 @@ import heapq
 import random
 import time
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -134,6 +134,8 @@ class _Scheduling:
     """The fetcher's per-key scheduling: the task clock, politeness keys, the slot heap, gaps and
     in-flight places. No sockets: the HTTP call and the outcomes live in their own modules."""
 
+    on_wait: Callable[[str, float], None] | None = None  # told each 429/503 wait set (key, Unix end; back_off)
+
     def mono(self) -> float:
         return time.monotonic() - self.t0
 
@@ -199,9 +201,13 @@ class _Scheduling:
 
     def back_off(self, s: _Slot, wait: float) -> None:
         """A 429/503 (its Retry-After, else the backoff): the key starts nothing for ``wait`` seconds, in
-        this task and, when the wait outlasts it, in the next round's (:meth:`backoffs_left`)."""
+        this task and, when the wait outlasts it, in the next round's (:meth:`backoffs_left`); ``on_wait``
+        (when set) gets the key and the Unix time the wait ends, as soon as it is set (a 429/503 is rare:
+        no work on the path of other answers)."""
         s.backoff_until = max(s.backoff_until, self.mono() + wait)
         s.next_at = max(s.next_at, s.backoff_until)
+        if self.on_wait is not None:  # told at once, so a rerun after a crash knows it (crawl.tasks)
+            self.on_wait(s.key, round(time.time() + s.backoff_until - self.mono(), 3))
 
     def backoffs_left(self) -> dict[str, float]:
         """Key -> Unix time its 429/503 wait ends, for the keys still waiting now (the next round's
