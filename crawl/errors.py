@@ -2,14 +2,30 @@
 
 from __future__ import annotations
 
+SEED_ECHO_CHARS = 100  # of a bad seed echoed in SeedError's message (its reason: twice that)
+SEED_ECHO_MAX = 20  # bad seeds named in the message; the rest are counted
+
+
+def shorten(text: str, limit: int, quote: bool = False) -> str:
+    """``text`` (its repr when ``quote``) if at most ``limit`` characters, else its first ``limit``
+    followed by "… (N chars)", its full length."""
+    show = repr if quote else str
+    return show(text) if len(text) <= limit else f"{show(text[:limit])}… ({len(text):,} chars)"
+
 
 class SeedError(ValueError):
-    """One or more seeds are invalid; ``bad`` lists (seed, reason) for each of them."""
+    """One or more seeds are invalid; ``bad`` lists (seed, reason) for each of them, in full.
+
+    The message names each (up to :data:`SEED_ECHO_MAX`, then how many more), each seed cut to
+    :data:`SEED_ECHO_CHARS` characters with its length (a 2,100-character seed filled the terminal, and
+    its reason, which may quote it, did again)."""
 
     def __init__(self, bad: list[tuple[str, str]]):
         self.bad = bad
-        lines = "; ".join(f"{seed!r}: {reason}" for seed, reason in bad)
-        super().__init__(f"{len(bad)} invalid seed(s), nothing was written: {lines}")
+        lines = "; ".join(f"{shorten(seed, SEED_ECHO_CHARS, quote=True)}: {shorten(reason, 2 * SEED_ECHO_CHARS)}"
+                          for seed, reason in bad[:SEED_ECHO_MAX])
+        more = f"; and {len(bad) - SEED_ECHO_MAX} more" if len(bad) > SEED_ECHO_MAX else ""
+        super().__init__(f"{len(bad)} invalid seed(s), nothing was written: {lines}{more}")
 
 
 class LeaseHeld(RuntimeError):

@@ -43,6 +43,26 @@ def test_a_seed_without_a_scheme_is_named_with_the_spelling_that_works(tmp_path:
     assert not (tmp_path / "root").exists()
 
 
+def test_long_and_many_bad_seeds_get_a_bounded_message_naming_each(tmp_path: Path) -> None:
+    """A 2,100-character seed is echoed as its first 100 characters and its length, with its reason; a
+    long seed without a scheme likewise, and its reason (which quotes it) is cut too; past 20 bad seeds
+    the rest are counted. Before, the message held every seed in full (over 2,100 characters for one)."""
+    long_seed = "http://a.example/" + "x" * (2100 - len("http://a.example/"))
+    no_scheme = "example.org/" + "y" * 500
+    others = [f"gopher://h{i}.example/" for i in range(30)]
+    out = _crawl("inject", "--root", str(tmp_path / "root"), "--seeds", long_seed, no_scheme, *others)
+    assert out.returncode == 2, out.stderr[-2000:]
+    err = out.stderr.strip()
+    assert err.startswith("error: 32 invalid seed(s), nothing was written: ") and "Traceback" not in err, err[-2000:]
+    assert f"{long_seed[:100]!r}… (2,100 chars): longer than 2048 characters" in err, err
+    reason = f"no scheme: write it as http://{no_scheme}"
+    assert f"{no_scheme[:100]!r}… (512 chars): {reason[:200]}… (542 chars); " in err, err
+    named = [s for s in others if f"'{s}': scheme must be http or https, got 'gopher'" in err]
+    assert named == others[:18] and err.endswith("; and 12 more"), err[-300:]
+    assert len(err) < 3000, len(err)
+    assert not (tmp_path / "root").exists()
+
+
 def test_queries_answer_before_the_first_round_and_bad_sql_is_bad_input(tmp_path: Path) -> None:
     """After ``crawl inject`` (state written, no round published) every named query and the README's
     queries over each view return no rows instead of failing on a missing column."""
