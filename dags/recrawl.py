@@ -46,7 +46,8 @@ published with ``degraded`` in its manifest; the ``report`` task then fails (``d
 default) or logs a warning.
 
 Retries. Every task retries (``RECRAWL_TASK_RETRIES``, default 3) with exponential backoff from 30 s,
-capped at 15 min; bad input (config values, seeds) fails at once instead, since retrying cannot help.
+capped at 15 min; bad input (config values, seeds, a step out of order such as an update cleared after
+its round was published: ``crawl.errors.StepOrder``) fails at once instead, since retrying cannot help.
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ import logging
 import os
 import subprocess
 import sys
+import threading
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -147,7 +149,7 @@ def leased_step(step: str, fn: Any, keep: bool = True) -> Any:
     """Run ``fn(lease)`` under the run's lease (kept for the next step unless ``keep`` is False), in this
     task's process without transparent huge pages, as ``python -m crawl`` runs its steps
     (:func:`crawl.warmup.no_transparent_hugepages`: update and reprioritise are Arrow-heavy)."""
-    from crawl.errors import LeaseHeld
+    from crawl.errors import LeaseHeld, StepOrder
     from crawl.lease import held
     from crawl.warmup import no_transparent_hugepages
 
@@ -158,12 +160,16 @@ def leased_step(step: str, fn: Any, keep: bool = True) -> Any:
             return fn(lease)
     except LeaseHeld as exc:  # another round runs: a retry later may find the crawl free
         raise RuntimeError(f"step {step}: {exc}") from exc
+    except StepOrder as exc:  # out of order (e.g. a cleared step of a published round): no retry fixes it
+        raise AirflowFailException(f"step {step}: {exc}") from exc
 
 
 def run_step_subprocess(step: str, cfg: Any, round_no: int, now: datetime, run_id: str | None = None) -> dict[str, Any]:
     """Run one engine step as ``python -m crawl step ...`` and return the JSON dict it prints last.
 
-    The child's stderr goes straight to this task's log; stdout's last line is the step's result.
+    The child's stderr goes to this task's log line by line as it comes; stdout's last line is the
+    step's result. Exit status 2 is bad input (``crawl.cli``: a step out of order, an invalid config):
+    the task fails at once with the child's ``error:`` line, since a retry cannot fix it.
     """
     cmd = [
         sys.executable, "-m", "crawl", "step", step,
@@ -172,9 +178,23 @@ def run_step_subprocess(step: str, cfg: Any, round_no: int, now: datetime, run_i
     ] + (["--run-id", run_id] if run_id else [])
     log.info("running %s", " ".join(cmd[:10]))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
-    proc = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, env=env, cwd=str(REPO),
-                          timeout=2 * cfg.round_duration_s + 600, check=False)
-    lines = [line for line in proc.stdout.splitlines() if line.strip()]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=str(REPO))
+    out: list[str] = []
+    reader = threading.Thread(target=lambda: out.extend(proc.stdout), daemon=True)
+    reader.start()
+    timer = threading.Timer(2 * cfg.round_duration_s + 600, proc.kill)
+    timer.start()
+    said = ""
+    for line in proc.stderr:  # to the task log as it comes; the bad-input line kept for the failure
+        sys.stderr.write(line)
+        if line.startswith("error: "):
+            said = line[len("error: "):].strip()
+    proc.wait()
+    timer.cancel()
+    reader.join()
+    lines = [line for line in out if line.strip()]
+    if proc.returncode == 2:
+        raise AirflowFailException(f"crawl step {step}: {said or 'bad input (exit 2)'}")
     if proc.returncode != 0:
         raise RuntimeError(f"crawl step {step} exited {proc.returncode}: {' | '.join(lines[-5:])}")
     try:

@@ -299,3 +299,42 @@ def test_a_misspelt_crawl_variable_fails_the_run_at_inject_naming_the_key(dag_en
             "key; did you mean CRAWL_MAX_PAGES_PER_HOST?") in log, log[-3000:]
     assert "starting task_id=generate" not in log and re.search(r"DagRun Finished: .*state=failed", log), log[-3000:]
     assert not list(dag_env.glob("*/crawl=envtypo*")), "a refused run must write nothing"
+
+
+def test_a_step_out_of_order_fails_at_once_instead_of_being_retried(dag_env: Path, site, tmp_path: Path) -> None:
+    """With the DAG's retries on (3, backoff from 30 s), a step out of order (crawl.errors.StepOrder) fails
+    on its first try with the engine's message: ``update`` run again for a run whose round is published
+    (as after an operator clears it), and ``fetch_parse`` (the step run as a child process) for a round
+    the crawl root never generated. Real Airflow throughout: ``airflow dags test`` makes the run, ``airflow
+    tasks test`` runs the task in it and logs the state the task instance got. Before, StepOrder was an
+    ordinary exception: ``up_for_retry``, three more tries minutes apart that could not help."""
+    import json
+    import os
+    import re
+    import subprocess
+    import sys
+
+    airflow = [sys.executable, "-m", "airflow"]
+    env = {**os.environ, "RECRAWL_TASK_RETRIES": "3"}
+    conf = json.dumps({"crawl_id": "steporder", "seeds": site.seed_urls(1), "politeness_delay_s": 0.0,
+                       "max_pages": 5})
+    made = subprocess.run([*airflow, "dags", "test", "recrawl", "-c", conf], env=env, capture_output=True,
+                          text=True, timeout=300)
+    finished = re.search(r"DagRun Finished: .*run_id=(\S+), .*state=success", made.stdout + made.stderr)
+    assert finished, (made.stdout + made.stderr)[-3000:]
+    run_id = finished.group(1)
+
+    def task_fails_at_once(task_id: str, says: str, **extra_env: str) -> None:
+        out = subprocess.run([*airflow, "tasks", "test", "recrawl", task_id, run_id], env={**env, **extra_env},
+                             capture_output=True, text=True, timeout=300)
+        log = out.stdout + out.stderr
+        states = re.findall(r"Task instance state updated .*new_state=(\w+)", log)
+        assert states == ["failed"], (states, log[-3000:])
+        assert f"AirflowFailException: {says}" in log, log[-3000:]
+
+    task_fails_at_once("update", "step update: round 1 is already published")
+    other = tmp_path / "other-root"  # the crawl there has its seeds injected, no round generated
+    injected = subprocess.run([sys.executable, "-m", "crawl", "inject", "--root", str(other), "--crawl-id",
+                               "steporder", "--seeds", *site.seed_urls(1)], capture_output=True, text=True, timeout=120)
+    assert injected.returncode == 0, injected.stderr[-2000:]
+    task_fails_at_once("fetch_parse", "crawl step fetch_parse: round 1: generate has not run", CRAWL_ROOT=str(other))
