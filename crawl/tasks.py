@@ -11,6 +11,7 @@ state between tasks.
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -37,6 +38,8 @@ from crawl.store import Store
 
 if TYPE_CHECKING:
     from crawl.parse_ahead import Chunk
+
+log = logging.getLogger(__name__)
 
 # Fetch rows of crawler-control files (robots.txt, sitemaps): fetched like pages, but not documents
 # to parse, index or enter the CrawlDb as pages.
@@ -126,7 +129,8 @@ def fetch_task(cfg: CrawlConfig, round_no: int, part: int, now: datetime, token:
 
     Progress is checkpointed as it goes (:mod:`crawl.checkpoint`, unless both
     ``fetch_checkpoint_every`` and ``fetch_checkpoint_s`` are 0): a retry or rerun of a task that died
-    keeps the rows and WARC segments of the work it finished and fetches only the rest.
+    keeps the rows and WARC segments of the work it finished and fetches only the rest. The 429/503
+    waits hosts asked of it are saved as they come (:class:`PendingWaits`), so the rerun keeps them too.
 
     ``token`` is the round's lease fencing token: the task stops between requests (raising
     :class:`~crawl.errors.FetchStopped`; checkpoints already written stay) once it is no longer current.
@@ -302,7 +306,10 @@ class PendingWaits:
         now = time.time()
         self.waits = {k: u for k, u in self.waits.items() if u > now}
         self.waits[key] = max(self.waits.get(key, 0.0), until)
-        self.store.write_json(self.rel, {"waits": self.waits})
+        try:
+            self.store.write_json(self.rel, {"waits": self.waits})
+        except Exception:  # the wait holds in this attempt all the same; only a rerun would not know it
+            log.warning("could not save the 429/503 wait of %s to %s", key, self.rel, exc_info=True)
 
     def remove(self) -> None:
         self.store.remove(self.rel)

@@ -277,3 +277,7 @@ def test_a_wait_told_before_a_crash_holds_in_the_rerun(web, tmp_path: Path) -> N
     assert after, "the rerun never asked the host"  # not vacuous: it had the host's URLs to fetch
     early = [(round(r["start"] - told[0]["end"], 2), r["path"]) for r in after if r["start"] < until]
     assert not early, f"asked within the {cap} s wait told before the crash: {early}"
+    print(f"rerun's first request to the host {after[0]['start'] - told[0]['end']:.2f} s after the 429 ({cap} s wait)")
+    # the partition is done: its saved waits went with its marker, so a rerun of the step is as before
+    fetched = root / "state" / "crawl=t" / "rounds" / "00001" / "fetched"
+    assert (fetched / "part=000.done").exists() and not list(fetched.glob("*.waits.json"))
