@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -187,6 +188,7 @@ def fetch_task(cfg: CrawlConfig, round_no: int, part: int, now: datetime, token:
             on_wait=told.add,
         )
     finally:
+        told.close()  # its last wait written, also when the fetch stopped or failed (a rerun reads it)
         if ahead is not None:
             waited = time.perf_counter()
             ahead.finish()
@@ -282,8 +284,11 @@ class PendingWaits:
     (:func:`wait_after_dead_attempt`), before its ``Retry-After`` had passed (tests/test_limits.py).
 
     One small JSON file per partition (key -> Unix time the wait ends), at a deterministic path beside
-    the marker, rewritten whole (atomically) each time a wait is set: on the event loop, but only on a
-    429/503 answer. It is not a checkpoint (:mod:`crawl.checkpoint`): it holds even with checkpoints
+    the marker, rewritten whole (atomically). Not on the event loop: :meth:`add` only notes the wait and
+    wakes a writer thread, which writes the latest waits (several set meanwhile in one write). Why: a
+    write is an fsync on a local disk (~2 ms) and a PUT on an object store (tens of ms); when many hosts
+    answer 503 at once (a CDN's outage), writing on the loop stalled every other host's requests for
+    the sum of them. It is not a checkpoint (:mod:`crawl.checkpoint`): it holds even with checkpoints
     off or for another fetch list, since a host's wait does not depend on which URLs are asked. Read
     back, a wait is capped at ``backoff_cap_s`` from now (as when it was set) and an ended one dropped.
     """
@@ -300,18 +305,55 @@ class PendingWaits:
         for key, until in (raw.get("waits") or {}).items() if isinstance(raw, dict) else ():
             if isinstance(until, int | float) and until > now:
                 self.waits[str(key)] = min(float(until), now + cap_s)
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._version = 0  # waits set so far; the writer writes until it has written the latest
+        self._closing = False
+        self._writer: threading.Thread | None = None
 
     def add(self, key: str, until: float) -> None:
-        """A wait just set (:meth:`crawl.fetch.scheduler._Scheduling.back_off`): written at once."""
+        """A wait just set (:meth:`crawl.fetch.scheduler._Scheduling.back_off`, on the event loop): noted,
+        and written by the writer thread as soon as it gets to it."""
         now = time.time()
-        self.waits = {k: u for k, u in self.waits.items() if u > now}
-        self.waits[key] = max(self.waits.get(key, 0.0), until)
-        try:
-            self.store.write_json(self.rel, {"waits": self.waits})
-        except Exception:  # the wait holds in this attempt all the same; only a rerun would not know it
-            log.warning("could not save the 429/503 wait of %s to %s", key, self.rel, exc_info=True)
+        with self._lock:
+            self.waits = {k: u for k, u in self.waits.items() if u > now}
+            self.waits[key] = max(self.waits.get(key, 0.0), until)
+            self._version += 1
+        if self._writer is None:
+            self._writer = threading.Thread(target=self._write_latest, name="pending-waits", daemon=True)
+            self._writer.start()
+        self._wake.set()
+
+    def _write_latest(self) -> None:
+        written = 0
+        while True:
+            self._wake.wait()
+            self._wake.clear()
+            with self._lock:
+                version, waits = self._version, dict(self.waits)
+            if version != written:
+                try:
+                    self.store.write_json(self.rel, {"waits": waits})
+                except Exception:  # the wait holds in this attempt all the same; only a rerun would not know it
+                    log.warning("could not save the 429/503 waits to %s", self.rel, exc_info=True)
+                written = version
+            with self._lock:
+                if self._closing and written == self._version:
+                    return
+                if written != self._version:
+                    self._wake.set()  # set while writing: write again
+
+    def close(self) -> None:
+        """Wait for the writer to have written the last wait set (the fetch has ended, so none comes)."""
+        if self._writer is None:
+            return
+        with self._lock:
+            self._closing = True
+        self._wake.set()
+        self._writer.join()
 
     def remove(self) -> None:
+        self.close()
         self.store.remove(self.rel)
 
 

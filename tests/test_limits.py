@@ -281,3 +281,32 @@ def test_a_wait_told_before_a_crash_holds_in_the_rerun(web, tmp_path: Path) -> N
     # the partition is done: its saved waits went with its marker, so a rerun of the step is as before
     fetched = root / "state" / "crawl=t" / "rounds" / "00001" / "fetched"
     assert (fetched / "part=000.done").exists() and not list(fetched.glob("*.waits.json"))
+
+
+def test_saved_waits_are_written_off_the_caller_and_read_back_capped(tmp_path: Path) -> None:
+    """:class:`crawl.tasks.PendingWaits` as a rerun meets its file: every wait set (here 300, as when
+    many hosts answer 503 at once) is in the file once ``close`` returns, each the latest of its key;
+    read back by the next attempt, a wait is capped at ``backoff_cap_s`` from now and an ended one is
+    dropped; ``remove`` leaves no file."""
+    from crawl.store import Store
+    from crawl.tasks import PendingWaits, pending_waits_path
+
+    store = Store(str(tmp_path), "t")
+    rel = pending_waits_path(store, 1, 0)
+    now = time.time()
+    told = PendingWaits(store, 1, 0, cap_s=60)
+    for i in range(300):
+        told.add(f"h{i}.sim.test:80", now + 30 + i % 7)
+    told.add("h0.sim.test:80", now + 50)  # later for the same key: the later end is kept
+    told.add("long.sim.test:80", now + 10_000)  # past the cap (the fetcher caps it; a file may not)
+    told.add("ended.sim.test:80", now + 0.5)
+    told.close()
+    saved = store.read_json(rel)["waits"]
+    assert len(saved) == 302 and saved["h0.sim.test:80"] == now + 50 and saved["h6.sim.test:80"] == now + 36
+    time.sleep(0.6)
+    again = PendingWaits(store, 1, 0, cap_s=60)
+    assert "ended.sim.test:80" not in again.waits and len(again.waits) == 301
+    assert now + 59 < again.waits["long.sim.test:80"] <= time.time() + 60
+    assert again.waits["h1.sim.test:80"] == now + 31
+    again.remove()
+    assert not store.exists(rel)
