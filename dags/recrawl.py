@@ -164,12 +164,15 @@ def leased_step(step: str, fn: Any, keep: bool = True) -> Any:
         raise AirflowFailException(f"step {step}: {exc}") from exc
 
 
-def run_step_subprocess(step: str, cfg: Any, round_no: int, now: datetime, run_id: str | None = None) -> dict[str, Any]:
+def run_step_subprocess(step: str, cfg: Any, round_no: int, now: datetime, run_id: str | None = None,
+                        limit_s: float | None = None) -> dict[str, Any]:
     """Run one engine step as ``python -m crawl step ...`` and return the JSON dict it prints last.
 
     The child's stderr goes to this task's log line by line as it comes; stdout's last line is the
     step's result. Exit status 2 is bad input (``crawl.cli``: a step out of order, an invalid config):
-    the task fails at once with the child's ``error:`` line, since a retry cannot fix it.
+    the task fails at once with the child's ``error:`` line, since a retry cannot fix it. Past ``limit_s``
+    (default twice ``round_duration_s`` plus 10 min) the child is killed (its embedded Dask workers end
+    with it) and the task fails saying so.
     """
     cmd = [
         sys.executable, "-m", "crawl", "step", step,
@@ -182,7 +185,9 @@ def run_step_subprocess(step: str, cfg: Any, round_no: int, now: datetime, run_i
     out: list[str] = []
     reader = threading.Thread(target=lambda: out.extend(proc.stdout), daemon=True)
     reader.start()
-    timer = threading.Timer(2 * cfg.round_duration_s + 600, proc.kill)
+    limit = 2 * cfg.round_duration_s + 600 if limit_s is None else limit_s
+    timed_out = threading.Event()
+    timer = threading.Timer(limit, lambda: (timed_out.set(), proc.kill()))  # its embedded workers go with it
     timer.start()
     said = ""
     for line in proc.stderr:  # to the task log as it comes; the bad-input line kept for the failure
@@ -193,6 +198,8 @@ def run_step_subprocess(step: str, cfg: Any, round_no: int, now: datetime, run_i
     timer.cancel()
     reader.join()
     lines = [line for line in out if line.strip()]
+    if timed_out.is_set():
+        raise RuntimeError(f"crawl step {step} ran past {limit:g} s and was killed: {' | '.join(lines[-5:])}")
     if proc.returncode == 2:
         raise AirflowFailException(f"crawl step {step}: {said or 'bad input (exit 2)'}")
     if proc.returncode != 0:

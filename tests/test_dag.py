@@ -338,3 +338,39 @@ def test_a_step_out_of_order_fails_at_once_instead_of_being_retried(dag_env: Pat
                                "steporder", "--seeds", *site.seed_urls(1)], capture_output=True, text=True, timeout=120)
     assert injected.returncode == 0, injected.stderr[-2000:]
     task_fails_at_once("fetch_parse", "crawl step fetch_parse: round 1: generate has not run", CRAWL_ROOT=str(other))
+
+
+def test_a_step_past_its_time_limit_is_killed_and_says_so(module, site, tmp_path: Path) -> None:
+    """``fetch_parse`` runs as a child process that starts Dask workers. Past its time limit the task
+    kills the child and fails saying so (before, the message was "exited -9", which reads like a crash
+    of the engine); judged by the simulated web's access log, nothing asks the host after the task gave
+    up (the embedded workers end with the child) and the task returns at once."""
+    import subprocess
+    import sys
+    import time
+
+    from crawl.config import load_config
+
+    root = tmp_path / "root"
+    home = site.seed_urls(1)[0]
+    host = home.split("/")[2]
+    seeds = [home] + [f"{home}?page={i}" for i in range(40)]  # one host at 1 s apart: ~40 s of fetching
+    cfg = load_config(overrides={"root": str(root), "crawl_id": "slowstep", "resolve": (site.resolve_rule,),
+                                 "politeness_delay_s": 1.0, "max_crawl_delay_s": 1.0, "partitions": 1,
+                                 "sitemaps": False}, use_env=False)
+    common = ["--root", str(root), "--crawl-id", "slowstep", "--config-json", cfg.to_json()]
+    for step in (["inject", "--seeds", *seeds], ["generate"]):
+        out = subprocess.run([sys.executable, "-m", "crawl", "step", *step, *common], capture_output=True,
+                             text=True, timeout=120)
+        assert out.returncode == 0, out.stderr[-3000:]
+    now = datetime(2026, 5, 1, tzinfo=UTC)
+    since = time.time()
+    with pytest.raises(RuntimeError, match=r"crawl step fetch_parse ran past 12 s and was killed"):
+        module.run_step_subprocess("fetch_parse", cfg, 1, now, limit_s=12)
+    gave_up = time.time()
+    assert gave_up - since < 40, "the task waited for the workers instead of killing them"
+    time.sleep(3)  # a surviving worker would go on fetching at 1 s apart
+    asked = [r["start"] for r in site.log().to_pylist() if r["host"] == host and r["start"] >= since]
+    assert asked, "the step never fetched: the limit did not cut a fetch"
+    late = [round(t - gave_up, 2) for t in asked if t > gave_up]
+    assert not late, f"requests after the task killed the step: {late}"
