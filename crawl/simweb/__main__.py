@@ -51,6 +51,8 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--origin-bait", action="store_true",
                    help="serve the politeness/robots-scope bait hosts (spellings.sim.test, robots-429, "
                         "robots-hop-N); with --bind 127.0.0.1,::1 also [::1]")
+    s.add_argument("--drip-hosts", action="store_true",
+                   help="serve the slow-drip hosts (drip-body, drip-head, drip-robots .sim.test; crawl/simweb/drip.py)")
     t = sub.add_parser("truth", help="write the ground truth as Parquet")
     _common(t)
     t.add_argument("--out", required=True, help="output .parquet file")
@@ -86,7 +88,8 @@ def main(argv: list[str] | None = None) -> int:
         task = asyncio.create_task(run(model, a.port, a.access_log, a.bind, clock, stop, ready,
                                        stall_s=a.stall_seconds, robots_timeout_s=a.robots_timeout_seconds,
                                        canary_port=a.canary_port, origin_bait=a.origin_bait,
-                                       spa_hosts=a.spa_hosts, render_cache_mb=a.render_cache_mb))
+                                       spa_hosts=a.spa_hosts, render_cache_mb=a.render_cache_mb,
+                                       drip_hosts=a.drip_hosts))
         done, _ = await asyncio.wait({task, ready}, return_when=asyncio.FIRST_COMPLETED)
         if ready in done:
             port, _srv = ready.result()

@@ -22,6 +22,7 @@ from aiohttp import web
 from crawl.simweb import model as M
 from crawl.simweb.accesslog import AccessLog
 from crawl.simweb.clock import VirtualClock
+from crawl.simweb.drip import DripSite
 from crawl.simweb.origins import IPV6_LITERAL, OriginBait
 from crawl.simweb.render import Renderer, _iso, _png
 from crawl.simweb.ssrf import SsrfSite
@@ -64,8 +65,10 @@ class SimServer:
     def __init__(self, model: M.Model, clock: VirtualClock | None = None, access_log: AccessLog | None = None,
                  stall_s: float = 120.0, robots_timeout_s: float = 60.0, slow_s: float = 3.0,
                  canary_port: int | None = None, origin_bait: bool = False, spa_hosts: int = 0,
-                 render_cache_mb: int = 256):
+                 render_cache_mb: int = 256, drip_hosts: bool = False):
         self.m = model
+        # slow-drip hosts (crawl.simweb.drip), only when asked for
+        self.drip = DripSite(stall_s) if drip_hosts else None
         self.origin_bait = origin_bait
         self.bait: OriginBait | None = None  # built by set_port() once the listening port is known
         # SSRF bait hosts (crawl.simweb.ssrf), only when a test runs a canary on that port
@@ -142,6 +145,8 @@ class SimServer:
             return await self.control(request, path)
         if self.spa is not None and self.spa.owns(hostname):
             return self.spa.handle(hostname, path, query)
+        if self.drip is not None and self.drip.owns(hostname):
+            return await self.drip.handle(request, hostname, path)
         if self.ssrf is not None and self.ssrf.owns(hostname):
             return self.ssrf.handle(hostname, path)
         if self.bait is not None:
@@ -451,7 +456,7 @@ async def run(model: M.Model, port: int = 0, access_log: str | None = None, bind
               clock: VirtualClock | None = None, stop: asyncio.Event | None = None,
               ready: asyncio.Future | None = None, stall_s: float = 120.0, robots_timeout_s: float = 60.0,
               canary_port: int | None = None, origin_bait: bool = False, spa_hosts: int = 0,
-              render_cache_mb: int = 256) -> None:
+              render_cache_mb: int = 256, drip_hosts: bool = False) -> None:
     """Serve until ``stop`` is set (or SIGTERM/SIGINT when run from the CLI); flush the log at least 1/s.
 
     ``bind`` may list several addresses (``127.0.0.1,::1``): all listen on one port, the first's.
@@ -459,7 +464,7 @@ async def run(model: M.Model, port: int = 0, access_log: str | None = None, bind
     log = AccessLog(access_log)
     srv = SimServer(model, clock=clock, access_log=log, stall_s=stall_s, robots_timeout_s=robots_timeout_s,
                     canary_port=canary_port, origin_bait=origin_bait, spa_hosts=spa_hosts,
-                    render_cache_mb=render_cache_mb)
+                    render_cache_mb=render_cache_mb, drip_hosts=drip_hosts)
     runner = web.AppRunner(srv.app, handler_cancellation=True, shutdown_timeout=1.0, access_log=None)
     await runner.setup()
     addresses = [a.strip() for a in bind.split(",") if a.strip()]
