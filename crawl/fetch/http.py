@@ -161,11 +161,13 @@ class _HttpCalls:
             # with parallel requests per key the gap runs from when the request left (_sent)
             resp = await self.client.get(url, headers, cap, None if self.one_in_flight else
                                          functools.partial(self._sent, s))
-            self._answered(s)
             try:
                 body, truncated = await resp.read()
             finally:
                 bound.waiting = False  # the body is in: releasing the connection is not bounded
+                # the gap to the key's next request runs from the end of the answer, body included:
+                # a body dripped until the deadline is not followed by a request at once
+                self._answered(s)
         except asyncio.CancelledError:
             # the total bound ran out (and no one else cancelled the task): a TimeoutError, as
             # aiohttp's total timer turned its cancel into one

@@ -235,7 +235,8 @@ class _Scheduling:
             s.next_at = max(s.next_at, self.mono() + s.delay + _GAP_MARGIN_S)
 
     def _answered(self, s: _Slot) -> None:
-        """One request per key: the gap runs from the answer (response headers, or the failure).
+        """One request per key: the gap runs from the end of the answer (its body read or cut, or the
+        failure), so a body dripped until the total deadline is followed by ``delay`` of quiet too.
 
         Why not from the send time: the server stamps a request's start when it gets round to it,
         which may be some milliseconds after we sent it, so send + delay can look like a shorter gap
