@@ -263,13 +263,14 @@ def test_hostile_limits(simweb, tmp_path: Path) -> None:
     # slow (3 s) and a server that accepts and stalls: bounded by the timeouts, retried later
     assert by["slow"]["status"] == "retry" and by["slow"]["error"] == "timeout"
     assert by["stall-accept"]["status"] == "retry" and by["stall-accept"]["error"] == "timeout"
-    # headers then a stalled body: kept what came, truncated for time
-    assert by["stall"]["status"] == "fetched" and by["stall"]["truncated"] == "time"
+    # headers then a stalled body: what came is kept (a diagnostic, truncated for time), not the page
+    assert (by["stall"]["status"], by["stall"]["error"], by["stall"]["truncated"]) == ("retry", "timeout", "time")
+    assert by["stall"]["subset"] == "crawldiagnostics"
     # endless chunked, huge body and gzip bomb all stop at the decoded cap
     for n in ("endless", "huge", "gzip-bomb"):
         assert by[n]["status"] == "fetched" and by[n]["truncated"] == "length", by[n]
         assert by[n]["content_length"] == cfg.max_body_bytes
-    assert by["reset"]["status"] == "fetched" and by["reset"]["truncated"] == "disconnect"
+    assert (by["reset"]["status"], by["reset"]["error"], by["reset"]["truncated"]) == ("retry", "reset", "disconnect")
     assert 0 < by["reset"]["content_length"] < 200_000
     assert by["wrong-type-image"]["content_type"] == "image/jpeg"
     assert "r1/p0-crawldiagnostics.warc.gz" in check_warc(out, tmp_path)
@@ -557,8 +558,8 @@ def test_total_timeout_bounds_each_request(simweb, tmp_path: Path) -> None:
     by = {u.rsplit("/fault/", 1)[1]: r for u, r in rows.items() if "/fault/" in u}
     assert by["slow"]["status"] == "retry" and by["slow"]["error"] == "timeout"  # answered at 3 s: too late
     assert by["stall-accept"]["status"] == "retry" and by["stall-accept"]["error"] == "timeout"
-    assert by["stall"]["status"] == "fetched" and by["stall"]["truncated"] == "time"
-    assert by["stall"]["content_length"] == 15  # what came before the stall is kept
+    assert (by["stall"]["status"], by["stall"]["truncated"]) == ("retry", "time")  # cut: not the page
+    assert by["stall"]["content_length"] == 15  # what came before the stall is kept (crawldiagnostics)
     assert by["404"]["status"] == "gone"  # the host's later requests go on as before
     # one request after the other on this host (delay 0.05 s between an answer and the next start):
     # each timed-out request took the bound, not less, and not the 10 s of the read timeout

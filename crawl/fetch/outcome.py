@@ -33,6 +33,9 @@ SUBSET_DIAG = "crawldiagnostics"
 SUBSET_ROBOTS = "robotstxt"
 SUBSET_SITEMAP = "sitemap"  # rows of sitemap requests; their records go in the robotstxt WARC file
 
+# the row's error for a 2xx whose body did not arrive whole (the "length" cap is our own limit: fetched)
+_CUT_ERRORS = {"time": "timeout", "disconnect": "reset"}
+
 # what a request may raise from the network, a refused address or a stop; anything else is a bug of ours
 # (or of a library) and is logged with its traceback, not only turned into a row's error code
 _NETWORK_ERRORS = (OSError, TimeoutError, NetError, FetchStopped)
@@ -127,12 +130,18 @@ class _Outcomes:
         base: dict[str, Any] = _row_headers(r.headers)
         base["http_status"] = r.status
         s = r.status
-        if 200 <= s < 300:
+        cut = r.truncated
+        if 200 <= s < 300 and (cut is None or cut == "length"):
             self._fetched(h, job, t, r, base)
             return
-        base.update(subset=SUBSET_DIAG, content_length=len(r.body), truncated=r.truncated,
+        base.update(subset=SUBSET_DIAG, content_length=len(r.body), truncated=cut,
                     **self._store(SUBSET_DIAG, job.url, t, r))
-        if s == 304:
+        if s < 300:
+            # a body cut by the total deadline or the network is not the page: a transient failure
+            # (retried per retry_schedule_s), its capture a diagnostic with WARC-Truncated; update
+            # takes no ETag/Last-Modified/digest from it (a later 304 would vouch for the cut body)
+            self._host_error(h, job, t, _CUT_ERRORS[cut], base, None)
+        elif s == 304:
             self.rows.append(_row(job, h.host, t, R.NOT_MODIFIED, **base))
         elif 300 <= s < 400:
             self._redirect(h, job, t, r, base)

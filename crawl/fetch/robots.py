@@ -12,7 +12,15 @@ import pyarrow.compute as pc
 
 from crawl import records as R
 from crawl import url as U
-from crawl.fetch.outcome import SUBSET_DIAG, SUBSET_ROBOTS, SUBSET_SITEMAP, _failure_code, _header, _row
+from crawl.fetch.outcome import (
+    _CUT_ERRORS,
+    SUBSET_DIAG,
+    SUBSET_ROBOTS,
+    SUBSET_SITEMAP,
+    _failure_code,
+    _header,
+    _row,
+)
 from crawl.fetch.scheduler import _GAP_MARGIN_S, _Host, _Job, _Slot
 from crawl.robots import policy_from_response
 
@@ -96,6 +104,11 @@ class _RobotsFetch:
                        content_length=len(r.body), truncated=r.truncated, subset=SUBSET_ROBOTS,
                        **self._store(SUBSET_ROBOTS, url, t, r))
             status, body = r.status, r.body
+            if 200 <= r.status < 300 and r.truncated in ("time", "disconnect"):
+                # cut by the total deadline or the network: the rules that did not arrive may be the
+                # ones that matter, so the file is unreachable (RFC 9309 2.3.1.4), not the cut part
+                row.update(status=R.RETRY, error=_CUT_ERRORS[r.truncated])
+                status, body = None, None
             if r.status in (429, 503):  # the host is deferred; its key waits as after a page's 429/503
                 self.back_off(other or h.slot, self._slow_down(h, r))
             if 300 <= r.status < 400 and r.location:
