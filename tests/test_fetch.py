@@ -583,3 +583,21 @@ def test_an_earlier_rounds_backoff_is_waited_out_or_passed_on(simweb, tmp_path: 
     log = sorted(log_for(sw, {"docs-001.sim.test"}, since), key=lambda r: r["start"])
     assert len(log) == 3 and log[0]["start"] >= since + 1.5, [(r["path"], r["start"] - since) for r in log]
     assert out.stats["host_backoff_until"] == {"hostile-009.sim.test": elsewhere}
+
+
+def test_a_final_101_to_a_get_is_an_http_error_not_an_internal_one(simweb, tmp_path: Path) -> None:
+    """A host that answers a plain GET with ``101 Switching Protocols`` (it is the final answer: nothing
+    follows on the connection): the URL gets an ``http_error`` row with status 101 and the host's other
+    URL is fetched, as the server's log shows. Before, a 2xx cut by time became a retry by looking up the
+    cut's reason for every status below 300: a 101 (no cut) raised inside the fetcher (an internal
+    error, the URL's row missing its status)."""
+    sw = simweb
+    cfg = cfg_for(sw, politeness_delay_s=0.05)
+    since = time.time()
+    out = run(cfg, [FAULT + "switching-protocols", FAULT + "404"], tmp_path)
+    by = {u.rsplit("/fault/", 1)[1]: r for u, r in last_rows(out).items() if "/fault/" in u}
+    assert (by["switching-protocols"]["status"], by["switching-protocols"]["http_status"]) == ("http_error", 101)
+    assert by["404"]["status"] == "gone"
+    assert out.stats.get("internal_errors", 0) == 0, out.stats
+    served = {r["path"]: r["status"] for r in sw.log().to_pylist() if r["start"] >= since and "/fault/" in r["path"]}
+    assert served == {"/fault/switching-protocols": 101, "/fault/404": 404}, served

@@ -136,7 +136,7 @@ class _Outcomes:
             return
         base.update(subset=SUBSET_DIAG, content_length=len(r.body), truncated=cut,
                     **self._store(SUBSET_DIAG, job.url, t, r))
-        if s < 300:
+        if 200 <= s < 300:  # cut by time or the network (uncut 2xx returned above); a final 1xx falls to http_error
             # a body cut by the total deadline or the network is not the page: a transient failure
             # (retried per retry_schedule_s), its capture a diagnostic with WARC-Truncated; update
             # takes no ETag/Last-Modified/digest from it (a later 304 would vouch for the cut body)

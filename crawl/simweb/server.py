@@ -363,6 +363,8 @@ class SimServer:
             return resp
         if name in ("endless", "huge"):
             return await self._stream(request, name)
+        if name == "switching-protocols":  # a final 101 to a plain GET (not linked from pages: not in FAULTS)
+            return web.Response(status=101, headers={"Upgrade": "websocket", "Connection": "Upgrade"})
         if name == "gzip-bomb":
             return web.Response(body=await self.bomb(), headers={"Content-Type": "text/html",
                                                            "Content-Encoding": "gzip"})
