@@ -6,6 +6,8 @@ round (``importance_every_rounds``/``prior_every_rounds`` > 1) the rows that rou
 in ``v=N/overlay/``, so a test's oracle must read what a user reads, not what our own reader
 (``crawl.crawldb.source_sql``) derives. ``tests/test_incremental.py`` checks the README's statement
 itself against the server's access log.
+
+Also the fetch rows of a round (:func:`fetch_rows`), the staged files the round's update reads.
 """
 
 from __future__ import annotations
@@ -18,3 +20,12 @@ def crawldb_relation(state_dir: Path | str, version: int) -> str:
     return (f"(SELECT * EXCLUDE (filename) FROM read_parquet('{state_dir}/crawldb/v={version:05d}/**/*.parquet', "
             "filename = true, hive_partitioning = false) "
             "QUALIFY row_number() OVER (PARTITION BY url_hash ORDER BY filename LIKE '%/overlay/%' DESC) = 1)")
+
+
+def fetch_rows(root: Path, round_no: int, columns: list[str] | None = None, crawl_id: str = "t") -> list[dict]:
+    """The fetch rows of round ``round_no`` (every partition's ``fetched`` file, read with pyarrow)."""
+    import pyarrow.parquet as pq
+
+    files = sorted((root / "state" / f"crawl={crawl_id}" / "rounds" / f"{round_no:05d}" / "fetched").glob("*.parquet"))
+    assert files, f"round {round_no} has no fetched files"
+    return [r for f in files for r in pq.read_table(f, columns=columns).to_pylist()]

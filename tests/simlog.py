@@ -10,6 +10,15 @@ import duckdb
 
 from crawl.simweb.accesslog import read_log
 
+OUR_UA = "RecrawlBot"  # how the crawler's default user agent starts (crawl.config's user_agent)
+
+
+def our_requests(web, host: str, since: float) -> list[dict]:
+    """Our requests to ``host`` in the server's access log (``web.log()`` flushes it first), by start time."""
+    rows = [r for r in web.log().to_pylist()
+            if r["host"] == host and r["user_agent"].startswith(OUR_UA) and r["start"] >= since]
+    return sorted(rows, key=lambda r: r["start"])
+
 
 def log_figures(access_log: Path, delay: float, since: float = 0.0) -> dict[str, float]:
     """From the server's log: requests, repeated requests (same host+path again; robots.txt left out,

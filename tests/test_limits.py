@@ -14,15 +14,16 @@ import sys
 import time
 from pathlib import Path
 
-import pyarrow.parquet as pq
 import pytest
 
 from crawl.simweb.origins import BACKOFF_503S
 from crawl.simweb.server import lookup_key
 from tests.conftest import start_simweb
+from tests.crawldb_view import fetch_rows
+from tests.simlog import OUR_UA, our_requests
 
 CRAWL = [sys.executable, "-m", "crawl"]
-UA = "RecrawlBot"
+UA = OUR_UA
 
 
 @pytest.fixture(scope="module")
@@ -54,20 +55,6 @@ def crawl_round(simweb, root: Path, *args: str, seeds: list[str] | None = None) 
     return t0, time.time()
 
 
-def our_requests(simweb, host: str, since: float) -> list[dict]:
-    """Our requests to ``host`` in the server's access log (flushed first), by start time."""
-    rows = [r for r in simweb.log().to_pylist()
-            if r["host"] == host and r["user_agent"].startswith(UA) and r["start"] >= since]
-    return sorted(rows, key=lambda r: r["start"])
-
-
-def round_rows(root: Path, round_no: int) -> list[dict]:
-    files = sorted((root / "state" / "crawl=t" / "rounds" / f"{round_no:05d}" / "fetched").glob("*.parquet"))
-    assert files
-    return [r for f in files for r in pq.read_table(f, columns=["url", "host", "status", "error",
-                                                                "retry_after_s"]).to_pylist()]
-
-
 def test_a_retry_after_longer_than_the_round_holds_in_the_next_round(web, tmp_path: Path) -> None:
     """A 429 on a page whose Retry-After (30 s, an HTTP-date) outlasts the round, and a robots.txt
     answering 503 with Retry-After 30: the next rounds, run back to back by ``crawl run``, ask those
@@ -88,7 +75,7 @@ def test_a_retry_after_longer_than_the_round_holds_in_the_next_round(web, tmp_pa
         assert not early, [(round(r["start"] - told[0]["end"], 2), r["path"]) for r in early]
         # not vacuous: the later rounds had URLs of the host and deferred them for the host's wait
         for n in (2, 3):
-            mine = [r for r in round_rows(tmp_path, n) if r["host"] == host]
+            mine = [r for r in fetch_rows(tmp_path, n) if r["host"] == host]
             assert mine and all(r["status"] == "deferred" and r["error"] == "host_backoff" for r in mine), mine
             assert all(0 < r["retry_after_s"] <= 30 for r in mine)
         markers = [json.loads(p.read_text()) for p in

@@ -18,7 +18,6 @@ import sys
 import time
 from pathlib import Path
 
-import pyarrow.parquet as pq
 import pytest
 from warcio.archiveiterator import ArchiveIterator
 
@@ -26,9 +25,11 @@ from crawl.config import CrawlConfig
 from crawl.simweb.blackhole import SynBlackhole
 from crawl.simweb.drip import DRIP_ETAG, DRIP_LENGTH, DRIP_PAGES, SECRET
 from tests.conftest import start_simweb
+from tests.crawldb_view import fetch_rows
+from tests.simlog import OUR_UA, our_requests
 
 CRAWL = [sys.executable, "-m", "crawl"]
-UA = "RecrawlBot"
+UA = OUR_UA
 TOTAL_S = 3.0  # total_timeout_s of the drip rounds (the default, 30 s, only makes the test slower)
 READ_S = 1.5  # read_timeout_s of the drip rounds: far above the 0.2 s between drops
 DELAY_S = 0.2
@@ -53,18 +54,6 @@ def crawl_round(root: Path, resolve: list[str], seeds: list[str] | None, *args: 
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
     assert out.returncode == 0, out.stderr[-3000:]
     return t0, time.time()
-
-
-def our_requests(web, host: str, since: float) -> list[dict]:
-    rows = [r for r in web.log().to_pylist()
-            if r["host"] == host and r["user_agent"].startswith(UA) and r["start"] >= since]
-    return sorted(rows, key=lambda r: r["start"])
-
-
-def fetch_rows(root: Path, round_no: int) -> list[dict]:
-    files = sorted((root / "state" / "crawl=t" / "rounds" / f"{round_no:05d}" / "fetched").glob("*.parquet"))
-    assert files
-    return [r for f in files for r in pq.read_table(f).to_pylist()]
 
 
 def crawldb(root: Path, where: str) -> list[dict]:
