@@ -14,6 +14,7 @@ Read through :func:`read`, :func:`read_shard` or :func:`source_sql`, which resol
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 
@@ -83,10 +84,11 @@ def inject_path(store: Store, round_no: int) -> str:
     return store.round_dir(round_no, "inject.parquet")
 
 
-def read_injected(store: Store, round_no: int) -> pa.Table | None:
-    """The rows :func:`inject_path` holds, or None when nothing was injected for the round."""
+def read_injected(store: Store, round_no: int, columns: Sequence[str] | None = None) -> pa.Table | None:
+    """The rows :func:`inject_path` holds (only ``columns`` when given: update's merges, once per
+    shard, need only ``url_hash``), or None when nothing was injected for the round."""
     rel = inject_path(store, round_no)
-    return store.read_table(rel, CRAWLDB_SCHEMA) if store.exists(rel) else None
+    return store.read_table(rel, CRAWLDB_SCHEMA, columns) if store.exists(rel) else None
 
 
 def overlay_path(store: Store, version: int, shard: int) -> str:

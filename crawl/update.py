@@ -237,7 +237,7 @@ def _injects_only_known(cfg: CrawlConfig, store: Store, round_no: int) -> bool:
     """Whether every seed injected for ``round_no`` is a URL CrawlDb ``round_no - 1`` knows already (true
     when nothing was injected). Such seeds add no row (:func:`_new_urls` drops known URLs), so they do
     not stop a carry-forward: re-injecting a crawl's seeds each round must not cost a full merge."""
-    injected = crawldb.read_injected(store, round_no)
+    injected = crawldb.read_injected(store, round_no, ["url_hash"])
     if injected is None:
         return True
     hashes = injected.column("url_hash").to_numpy()
@@ -541,8 +541,8 @@ def merge_shard(cfg: CrawlConfig, round_no: int, shard: int, inputs: ShardInputs
     con.register("db", db)
     con.register("u", fupd)
     # a fetched URL CrawlDb N-1 does not hold is a redirect hop, or a seed injected this round
-    injected = crawldb.read_injected(store, round_no)
-    con.register("inj", (crawldb.CRAWLDB_SCHEMA.empty_table() if injected is None else injected).select(["url_hash"]))
+    injected = crawldb.read_injected(store, round_no, ["url_hash"])
+    con.register("inj", crawldb.CRAWLDB_SCHEMA.empty_table().select(["url_hash"]) if injected is None else injected)
     upd = con.sql(f"""
         SELECT
           u.url, u.url_hash, coalesce(d.host, u.host) AS host, d.pkey,
