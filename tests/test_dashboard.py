@@ -314,3 +314,42 @@ def test_degraded_round_in_a_real_browser(server, root: Path, chromium, artifact
         artifacts.shot(page, "degraded-report-file")
     finally:
         page.context.close()
+
+
+def test_page_lookup_shows_each_attempt_as_the_web_answered_it(server, root: Path, simweb, chromium,  # noqa: F811
+                                                               artifacts) -> None:  # noqa: F811
+    """A URL answered 429 or 503 and then 200 in the same round: in Chromium, the lookup page's history shows
+    each attempt with its own result, in the order the simulated web's access log has the answers (a
+    503 attempt is a retry, never "fetched"; "changed?" only for captures)."""
+    from browser import new_page
+    from playwright.sync_api import expect
+
+    url, r = _duck(f"""SELECT url, round FROM {_fx(root)} GROUP BY url, round
+                      HAVING bool_or(status = 'retry') AND bool_or(status = 'fetched') AND url NOT LIKE '%?%'
+                      ORDER BY url LIMIT 1""")[0]
+    host, path = url.split("/", 3)[2], "/" + url.split("/", 3)[3]
+    answers = [e["status"] for e in simweb.log().to_pylist() if e["host"] == host and e["path"] == path]
+    assert {429, 503} & set(answers) and 200 in answers, answers
+    page = new_page(chromium, cookies=[{"name": "_token", "value": server.token(), "url": server.url}])
+    try:
+        page.goto(f"{server.url}/crawl/dashboard/crawls/{CRAWL}/page?url={quote(url, safe='')}")
+        rows = page.locator("table#history tbody tr")
+        expect(rows.first).to_be_visible()
+        http = [_int_or_none(t) for t in rows.locator('[data-k="http_status"]').all_inner_texts()]
+        assert http == answers[:len(http)] and len(http) == len(answers), (http, answers)
+        results = [t.strip() for t in rows.locator("td:nth-child(3) .badge").all_inner_texts()]
+        changed = [t.strip() for t in rows.locator('[data-k="changed"]').all_inner_texts()]
+        artifacts.shot(page, "lookup-retried-url")
+        for status, result, ch in zip(http, results, changed, strict=True):
+            if status in (429, 503):
+                assert result == "retry", (url, http, results)
+                assert ch == "–", (url, http, changed)
+            elif status == 200:
+                assert result == "fetched", (url, http, results)
+    finally:
+        page.context.close()
+
+
+def _int_or_none(text: str) -> int | None:
+    text = text.strip()
+    return int(text) if text.isdigit() else None
