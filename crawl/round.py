@@ -73,6 +73,10 @@ def validate_seeds(seeds: Sequence[str], cfg: CrawlConfig | None = None) -> list
         if len(s) > max_len:
             bad.append((seed, f"longer than {max_len} characters"))
             continue
+        if any(c.isspace() for c in s):  # 'url1 url2' pasted on one line: the parser would make one URL of it
+            bad.append((seed, "contains whitespace: one URL per seed (one per line in the form); "
+                              "write a space inside a URL as %20"))
+            continue
         try:
             parse_url(s, schemes=schemes)
         except InvalidURL as e:

@@ -413,3 +413,23 @@ def test_summary_page_and_external_view(server, token: str) -> None:
     view = crawl_plugin["external_views"][0]
     assert view["href"] == "/crawl/dashboard/" and view["destination"] == "nav"  # the crawl dashboard
     assert server.request("GET", view["href"], token=token)[0] == 200
+
+
+def test_two_urls_pasted_as_one_seed_are_refused(server, token: str, root: Path) -> None:
+    """Two URLs on one line (space or tab between them, as pasted into the form's seeds box or a JSON
+    list) are a mistake, not one URL: refused naming the seed, no DAG run created, nothing stored
+    (the URL parser would otherwise make '%20' of the space or drop the tab and crawl a URL nobody typed)."""
+    def runs() -> int:
+        status, raw, _ = server.request("GET", "/api/v2/dags/recrawl/dagRuns?limit=1", token=token)
+        assert status == 200, raw
+        return json.loads(raw)["total_entries"]
+
+    before = runs()
+    for seed in ("http://www.alpha.test/ http://www.beta.test/", "http://www.alpha.test/\thttp://www.beta.test/",
+                 "http://www.alpha.test/a b"):
+        status, raw, _ = server.request("POST", "/crawl/crawls", {"crawl_id": "pasted", "seeds": [seed]}, token=token)
+        assert status == 400, (seed, status, raw)
+        bad = json.loads(raw)["detail"]["bad_seeds"]
+        assert [b["seed"] for b in bad] == [seed] and "whitespace" in bad[0]["reason"], bad
+    assert runs() == before
+    assert not list(root.rglob("*pasted*"))
