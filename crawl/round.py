@@ -89,10 +89,33 @@ def validate_seeds(seeds: Sequence[str], cfg: CrawlConfig | None = None) -> list
         if cfg is not None and (reason := filter_reason(canon, 0, cfg)) is not None:
             bad.append((seed, f"refused by URL filter: {reason}"))
             continue
+        if cfg is not None and (reason := _private_seed(canon, cfg)) is not None:
+            bad.append((seed, reason))
+            continue
         good.append(canon)
     if bad:
         raise SeedError(bad)
     return list(dict.fromkeys(good))
+
+
+def _private_seed(canon: str, cfg: CrawlConfig) -> str | None:
+    """Why the fetch's connection guard (crawl.net) would refuse every request to this seed's host: an
+    IP literal in a private network that no ``resolve`` rule names, while ``allow_private_networks`` is
+    off; None otherwise (a name's DNS answer is only known, and checked, at fetch time)."""
+    from crawl.net import ResolverMap, blocked_reason, parse_ip
+
+    if cfg.allow_private_networks:
+        return None
+    host = parse_url(canon, schemes=tuple(cfg.allowed_schemes)).host or ""
+    try:
+        addr = parse_ip(host)
+    except ValueError:
+        return None  # a name
+    why = blocked_reason(addr)
+    if why is None or ResolverMap.from_rules(cfg.resolve or ()).lookup(host.strip("[]")) is not None:
+        return None
+    return (f"{host} is a {why} address: the private-address guard refuses it (a --resolve rule / CRAWL_RESOLVE "
+            "naming the host lets it through, or allow_private_networks)")
 
 
 def inject(cfg: CrawlConfig, seeds: Sequence[str], now: datetime | None = None,

@@ -112,15 +112,16 @@ def test_a_step_out_of_order_is_bad_input_and_a_wrong_root_stays_untouched(tmp_p
     assert "Traceback" not in out.stderr
 
 
-def test_a_first_round_the_address_guard_refused_says_why(tmp_path: Path, simweb) -> None:
+def test_a_seed_the_address_guard_would_refuse_is_refused_up_front(tmp_path: Path, simweb) -> None:
     """A seed on the simulated web's own address without a --resolve rule naming it (README: "an IP literal is
-    allowed only when a rule names it"): the degraded round's reason names the guard and the way through."""
+    allowed only when a rule names it"): refused before anything is written, naming the guard and the way
+    through (it used to be injected and dropped at fetch time, the round degraded); with the rule it is crawled."""
     seed = f"http://127.0.0.1:{simweb.port}/"
     out = _crawl("round", "--root", str(tmp_path / "root"), "--seeds", seed, "--delay", "0", "--no-dashboard",
                  "--strict", timeout=300)
-    assert out.returncode == 5, out.stderr[-2000:]
-    assert "the private-address guard refused 1 of them" in out.stderr and "--resolve rule" in out.stderr, \
-        out.stderr[-2000:]
+    assert out.returncode == 2, out.stderr[-2000:]
+    assert "private-address guard" in out.stderr and "--resolve rule" in out.stderr, out.stderr[-2000:]
+    assert not (tmp_path / "root").exists()
     ok = _crawl("round", "--root", str(tmp_path / "ok"), "--seeds", seed, "--delay", "0", "--no-dashboard",
                 "--strict", "--max-pages", "1", "--resolve", f"127.0.0.1=127.0.0.1:{simweb.port}", timeout=300)
     assert ok.returncode == 0 and "private-address guard" not in ok.stderr, ok.stderr[-2000:]

@@ -433,3 +433,19 @@ def test_two_urls_pasted_as_one_seed_are_refused(server, token: str, root: Path)
         assert [b["seed"] for b in bad] == [seed] and "whitespace" in bad[0]["reason"], bad
     assert runs() == before
     assert not list(root.rglob("*pasted*"))
+
+
+def test_a_seed_at_a_private_address_is_refused_up_front(server, token: str, root: Path) -> None:
+    """A seed whose host is an IP literal in a private network (loopback, RFC 1918, link-local) would be
+    accepted and then dropped at fetch time as 'filtered' (the connection guard refuses it while
+    ``allow_private_networks`` is off): refused at once naming each, no DAG run, nothing stored."""
+    status, raw, _ = server.request("GET", "/api/v2/dags/recrawl/dagRuns?limit=1", token=token)
+    before = json.loads(raw)["total_entries"]
+    seeds = ["http://127.0.0.1:8080/", "http://[::1]/x", "http://10.1.2.3/", "http://169.254.169.254/latest/"]
+    status, raw, _ = server.request("POST", "/crawl/crawls", {"crawl_id": "private", "seeds": seeds}, token=token)
+    assert status == 400, raw
+    bad = json.loads(raw)["detail"]["bad_seeds"]
+    assert [b["seed"] for b in bad] == seeds and all("allow_private_networks" in b["reason"] for b in bad), bad
+    status, raw, _ = server.request("GET", "/api/v2/dags/recrawl/dagRuns?limit=1", token=token)
+    assert json.loads(raw)["total_entries"] == before
+    assert not list(root.rglob("*private*"))
