@@ -13,7 +13,7 @@ need read access to the DAG, starting a crawl needs the right to trigger it; the
                                     engine); ``body=1`` streams the stored payload as a download
                                     (never rendered on the Airflow origin: a crawled page's script
                                     would run as the logged-in user).
-* ``GET  /crawl/summary``           an HTML page of all crawls (linked in the UI's nav).
+* ``GET  /crawl/summary``           a plain HTML table of all crawls (the UI's nav links the dashboard).
 * ``GET  /crawl/dashboard/...``     the crawl dashboard (plugins/crawl_dashboard.py), linked in the UI's
                                     nav as "Crawls": charts per round, CrawlDb, queue, hosts, page lookup.
 
@@ -194,8 +194,10 @@ def _summary_or_404(crawl_id: str) -> dict[str, Any]:
     from crawl import api
 
     summary = api.crawl_summary(crawl_root(), crawl_id)
-    if summary is None:
-        raise HTTPException(404, f"unknown crawl {crawl_id!r}")
+    if summary is None:  # also a crawl just started: its files appear when its run's inject task has run
+        raise HTTPException(404, f"unknown crawl {crawl_id!r}: nothing under the crawl root for it yet (a crawl "
+                                 "started with POST /crawl/crawls appears once its DAG run's inject task has run; "
+                                 "a run waits while another round runs)")
     if not summary.get("last_round"):
         raise HTTPException(404, f"crawl {crawl_id!r} has not published a round yet: "
                                  "its first round is still running (or failed); try again when it has finished")

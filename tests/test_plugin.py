@@ -449,3 +449,16 @@ def test_a_seed_at_a_private_address_is_refused_up_front(server, token: str, roo
     status, raw, _ = server.request("GET", "/api/v2/dags/recrawl/dagRuns?limit=1", token=token)
     assert json.loads(raw)["total_entries"] == before
     assert not list(root.rglob("*private*"))
+
+
+def test_a_crawl_just_started_is_not_called_unknown_without_saying_why(server, token: str, root: Path) -> None:
+    """POST /crawl/crawls answers 201 at once, but the crawl's files appear only when its run's inject
+    task has run (and a queued run waits behind the running round): GET /crawl/crawls/{id} meanwhile
+    answers 404, saying so rather than a bare "unknown crawl" right after a successful start."""
+    status, raw, _ = server.request("POST", "/crawl/crawls", {"crawl_id": "just-started",
+                                                              "seeds": ["http://www.alpha.test/"]}, token=token)
+    assert status == 201, raw
+    assert not (root / "state" / "crawl=just-started").exists()  # the oracle: nothing under the root yet
+    status, raw, _ = server.request("GET", "/crawl/crawls/just-started", token=token)
+    detail = json.loads(raw)["detail"]
+    assert status == 404 and "just-started" in detail and "inject" in detail and "DAG run" in detail, detail
