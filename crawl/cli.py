@@ -258,6 +258,10 @@ def _command(args: argparse.Namespace, cfg: CrawlConfig) -> int:
     elif args.cmd == "query":
         import duckdb
 
+        crawls = api.list_crawls(cfg.root)
+        if cfg.crawl_id not in crawls:  # the views are then empty: say why (--crawl-id defaults to 'demo')
+            print(f"note: no crawl {cfg.crawl_id!r} under {cfg.root}; crawls there: {', '.join(crawls) or 'none'} "
+                  "(pick one with --crawl-id)", file=sys.stderr)
         try:
             table = query.run(cfg.root, cfg.crawl_id, args.sql)
         except (ValueError, duckdb.Error) as exc:  # an unknown name, or SQL DuckDB refuses

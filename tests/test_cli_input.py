@@ -204,3 +204,17 @@ def test_update_before_the_fetch_is_refused_naming_the_step_and_a_rerun_still_wo
         "each seed fetched once: the rerun fetched only the partition left undone"
     fetched = query.run(str(root), "demo", "SELECT url FROM pages WHERE subset = 'warc' AND crawl_status = 'fetched'")
     assert sorted(fetched.column("url").to_pylist()) == sorted(seeds), "the published round has every seed"
+
+
+def test_query_of_a_crawl_that_is_not_there_says_so(tmp_path: Path) -> None:
+    """README's `crawl query --root crawldata "SELECT ... FROM crawldb"` without --crawl-id reads crawl 'demo':
+    over a root holding only a crawl started from the UI it printed an empty table and exited 0, as if the
+    crawl had nothing. Now stderr names the crawl that is missing and the crawls under the root (the query
+    still runs: a crawl injected but not yet published has empty views, by design)."""
+    root = tmp_path / "root"
+    assert _crawl("inject", "--root", str(root), "--crawl-id", "fromui", "--seeds", "http://a.example/").returncode == 0
+    out = _crawl("query", "--root", str(root), "SELECT count(*) AS n FROM crawldb")
+    assert out.returncode == 0 and "n" in out.stdout, out.stderr[-2000:]
+    assert f"no crawl 'demo' under {root}" in out.stderr and "fromui" in out.stderr, out.stderr[-2000:]
+    out = _crawl("query", "--root", str(root), "--crawl-id", "fromui", "SELECT count(*) AS n FROM crawldb")
+    assert out.returncode == 0 and "no crawl" not in out.stderr, out.stderr[-2000:]
