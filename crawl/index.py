@@ -196,8 +196,9 @@ def index_rows(fetched: pa.Table, pages: pa.Table, round_no: int) -> pa.Table:
 
 def with_merge_columns(rows: pa.Table, dup_info: pa.Table) -> pa.Table:
     """:func:`index_rows` with :data:`MERGE_COLUMNS` from the merges' ``dup_info`` (one row per URL
-    hash): for a URL a merge saw, its status (duplicate, near-duplicate), original, CrawlDb depth and
-    change decision; robots.txt captures keep their own status and no original or change. Rows keep
+    hash): for a URL a merge saw, its status (duplicate, near-duplicate) on its stored capture, its
+    original, CrawlDb depth and change decision; every other attempt (a 503 before the round's 200) keeps
+    its own status, robots.txt captures theirs and no original or change. Rows keep
     their order (a lookup by URL hash, where an SQL join would reorder)."""
     hashes = dup_info.column("url_hash").combine_chunks()
     if pc.count_distinct(hashes).as_py() != len(hashes):
@@ -210,8 +211,12 @@ def with_merge_columns(rows: pa.Table, dup_info: pa.Table) -> pa.Table:
     for name, source in zip(MERGE_COLUMNS, ("status", "duplicate_of", "depth", "changed"), strict=True):
         typ = rows.schema.field(name).type
         d = dup_info.column(source).take(at).cast(typ) if at is not None else pa.nulls(rows.num_rows, typ)
-        if name == "crawl_status":  # robots.txt captures keep their own
-            col = pc.if_else(robots, rows.column(name), pc.coalesce(d, rows.column(name)))
+        if name == "crawl_status":  # a stored page capture takes the merge's (duplicate, near_duplicate);
+            # every other row keeps its attempt's own: a 503 before the round's 200 of the URL stays 'retry'
+            # (it read 'fetched', so summary.sql counted the URL twice), robots.txt captures keep theirs
+            own = rows.column(name)
+            capture = pc.fill_null(pc.and_(pc.invert(robots), pc.equal(own, "fetched")), False)
+            col = pc.if_else(capture, pc.coalesce(d, own), own)
         elif name == "depth":
             col = pc.coalesce(d, rows.column(name))
         else:  # only a merge knows them, and never for robots.txt

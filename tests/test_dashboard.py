@@ -353,3 +353,23 @@ def test_page_lookup_shows_each_attempt_as_the_web_answered_it(server, root: Pat
 def _int_or_none(text: str) -> int | None:
     text = text.strip()
     return int(text) if text.isdigit() else None
+
+
+def test_the_index_gives_each_attempt_of_a_retried_url_its_own_status(root: Path, simweb) -> None:
+    """The published page index as a user queries it (DuckDB over its files): a URL answered 429/503 and
+    then 200 in one round has a ``crawl_status`` per attempt in the order of the access log's answers,
+    'retry' for the 429/503 and 'fetched' (or a duplicate status) for the 200. Before, every attempt
+    carried the URL's merged status: the 503 read 'fetched', so ``summary.sql`` counted the URL twice."""
+    url, _ = _duck(f"""SELECT url, round FROM {_fx(root)} GROUP BY url, round
+                      HAVING bool_or(status = 'retry') AND bool_or(status = 'fetched') AND url NOT LIKE '%?%'
+                      ORDER BY url LIMIT 1""")[0]
+    host, path = url.split("/", 3)[2], "/" + url.split("/", 3)[3]
+    answers = [e["status"] for e in simweb.log().to_pylist() if e["host"] == host and e["path"] == path]
+    rows = _duck(f"""SELECT fetch_status, crawl_status FROM read_parquet('{root}/index/crawl={CRAWL}/subset=*/*.parquet')
+                     WHERE url = ? AND fetch_time IS NOT NULL ORDER BY fetch_time""", [url])
+    assert [s for s, _ in rows] == answers, (rows, answers)
+    for status, crawl_status in rows:
+        if status in (429, 503):
+            assert crawl_status == "retry", (url, rows)
+        else:
+            assert crawl_status in ("fetched", "duplicate", "near_duplicate"), (url, rows)

@@ -73,7 +73,7 @@ def _oracle_and_written(cfg, n: int) -> tuple[list[tuple], list[tuple]]:
     want = con.sql(f"""
         SELECT {cols} FROM (
             SELECT f.warc_filename, f.warc_record_offset, f.url, f.url_hash,
-                   CASE WHEN f.subset = 'robotstxt' THEN f.status ELSE coalesce(d.status, f.status) END AS crawl_status,
+                   CASE WHEN f.subset <> 'robotstxt' AND f.status = 'fetched' THEN coalesce(d.status, f.status) ELSE f.status END AS crawl_status,
                    CASE WHEN f.subset = 'robotstxt' THEN NULL ELSE d.duplicate_of END AS duplicate_of,
                    CAST(coalesce(d.depth, f.depth) AS INTEGER) AS depth,
                    CASE WHEN f.subset = 'robotstxt' THEN NULL ELSE d.changed END AS changed,
