@@ -101,12 +101,17 @@ def validate_seeds(seeds: Sequence[str], cfg: CrawlConfig | None = None) -> list
 def _private_seed(canon: str, cfg: CrawlConfig) -> str | None:
     """Why the fetch's connection guard (crawl.net) would refuse every request to this seed's host: an
     IP literal in a private network that no ``resolve`` rule names, while ``allow_private_networks`` is
-    off; None otherwise (a name's DNS answer is only known, and checked, at fetch time)."""
-    from crawl.net import ResolverMap, blocked_reason, parse_ip
+    off; None otherwise (a name's DNS answer is only known, and checked, at fetch time).
 
+    crawl.net (which imports aiohttp, ~0.2 s of CPU) is imported only for an IP literal: a round's
+    driver never needs aiohttp (tests/test_warmup.py)."""
     if cfg.allow_private_networks:
         return None
     host = parse_url(canon, schemes=tuple(cfg.allowed_schemes)).host or ""
+    if not host or not (host.startswith("[") or host[-1].isdigit()):
+        return None  # a name (a literal is bracketed IPv6 or dotted IPv4: the URL model normalised it)
+    from crawl.net import ResolverMap, blocked_reason, parse_ip
+
     try:
         addr = parse_ip(host)
     except ValueError:
