@@ -131,7 +131,7 @@ class _Outcomes:
         base["http_status"] = r.status
         s = r.status
         cut = r.truncated
-        if 200 <= s < 300 and (cut is None or cut == "length"):
+        if 200 <= s < 300 and cut not in _CUT_ERRORS:  # whole, or cut at our own size cap
             self._fetched(h, job, t, r, base)
             return
         base.update(subset=SUBSET_DIAG, content_length=len(r.body), truncated=cut,

@@ -104,7 +104,7 @@ class _RobotsFetch:
                        content_length=len(r.body), truncated=r.truncated, subset=SUBSET_ROBOTS,
                        **self._store(SUBSET_ROBOTS, url, t, r))
             status, body = r.status, r.body
-            if 200 <= r.status < 300 and r.truncated in ("time", "disconnect"):
+            if 200 <= r.status < 300 and r.truncated in _CUT_ERRORS:
                 # cut by the total deadline or the network: the rules that did not arrive may be the
                 # ones that matter, so the file is unreachable (RFC 9309 2.3.1.4), not the cut part
                 row.update(status=R.RETRY, error=_CUT_ERRORS[r.truncated])
