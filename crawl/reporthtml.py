@@ -190,11 +190,15 @@ def report_charts(r: rpt.Report) -> dict[str, str]:
 
 
 def render_report(r: rpt.Report, links: NoLinks | None = None, generated: str | None = None,
-                  extra_links: list[tuple[str, str]] | None = None) -> str:
-    """The per-crawl page (dashboard) or, with no links, the self-contained report file."""
+                  extra_links: list[tuple[str, str]] | None = None,
+                  dask: tuple[str | None, str] | None = None) -> str:
+    """The per-crawl page (dashboard) or, with no links, the self-contained report file.
+
+    ``dask``: (link, note) of the Dask dashboard, decided by the dashboard when it serves the page (a
+    link only to one that answers); the report file has none."""
     c = report_charts(r) if r.round_no else {}
     return render("crawl.html", r=r, c=c, cid=r.crawl_id, links=links or NoLinks(), tab="overview",
-                  generated=generated, extra_links=extra_links or [])
+                  generated=generated, extra_links=extra_links or [], dask=dask)
 
 
 def write_report(root: str, crawl_id: str, round_no: int) -> str:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import html
 import re
+import urllib.request
 from functools import lru_cache
 from typing import Annotated, Any
 
@@ -34,6 +35,8 @@ from crawl.config import CRAWL_ID_RE
 
 # every page needs read access to the recrawl DAG, as the crawl API's read endpoints do
 router = APIRouter(dependencies=[CAN_READ])
+#: how long the crawl page waits for an external Dask scheduler's dashboard to answer before it leaves the link out
+DASK_PROBE_TIMEOUT_S = 2.0
 HOST_SORT_LABELS = {"pages": "pages fetched", "errors": "errors", "backoff": "backoffs",
                     "robots_denied": "robots-denied URLs", "delay_s": "delay", "known": "known URLs"}
 
@@ -85,13 +88,43 @@ def crawls_page(request: Request) -> HTMLResponse:
 
 
 @lru_cache(maxsize=16)
-def _overview_html(root: str, crawl_id: str, round_no: int, has_origin: bool, prefix: str, airflow_base: str) -> str:
-    """The per-crawl page; cached per published round (has_origin: the report task has linked its run)."""
+def _overview_html(root: str, crawl_id: str, round_no: int, has_origin: bool, prefix: str, airflow_base: str,
+                   dask: tuple[str | None, str] | None) -> str:
+    """The per-crawl page; cached per published round (has_origin: the report task has linked its run)
+    and per Dask dashboard verdict (:func:`dask_dashboard`: it changes when a scheduler stops)."""
     from crawl import report
     from crawl.reporthtml import Links, render_report
 
     r = report.build(root, crawl_id, round_no)
-    return render_report(r, links=Links(prefix=prefix, airflow_base=airflow_base))
+    return render_report(r, links=Links(prefix=prefix, airflow_base=airflow_base), dask=dask)
+
+
+def dask_dashboard(store: Any, round_no: int) -> tuple[str | None, str] | None:
+    """(link, note) for the "Dask dashboard" of the crawl page: a link only to a dashboard that answers now.
+
+    The round ran either on the embedded LocalCluster, which lives only during that round's fetch step
+    (its dashboard is gone before the round is published: never a link, a note says why), or on an
+    external scheduler (``dask_address``, long-lived): its dashboard is linked when it answers an HTTP
+    GET within ``DASK_PROBE_TIMEOUT_S`` from this server, else a note names the scheduler."""
+    if round_no < 1:
+        return None
+    fp = store.read_json(store.round_dir(round_no, "fetch_parse.json"), {}) or {}
+    config = (store.read_json(store.round_dir(round_no, "manifest.json"), {}) or {}).get("config") or {}
+    address = str(config.get("dask_address") or "")
+    link = str(fp.get("dask_dashboard") or "")
+    if not address:
+        return None, ("Dask dashboard: none to open (embedded cluster: it runs only during a round's fetch step; "
+                      "a long-lived scheduler, CRAWL_DASK_ADDRESS, keeps one)")
+    if not link.startswith(("http://", "https://")):
+        return None, f"Dask dashboard: the scheduler at {address} serves none"
+    try:
+        with urllib.request.urlopen(urllib.request.Request(link, method="GET"), timeout=DASK_PROBE_TIMEOUT_S) as resp:
+            ok = resp.status < 400
+    except (OSError, ValueError):
+        ok = False
+    if ok:
+        return link, f"the Dask dashboard of the scheduler at {address}"
+    return None, f"Dask dashboard: {link} (scheduler {address}) does not answer now"
 
 
 @router.get("/crawls/{crawl_id}", response_class=HTMLResponse)
@@ -102,7 +135,8 @@ def crawl_page(crawl_id: str, request: Request) -> HTMLResponse:
     links = _links(request)
     store = Store(_root(request), crawl_id)
     has_origin = n > 0 and store.exists(store.round_dir(n, "airflow.json"))
-    return HTMLResponse(_overview_html(_root(request), crawl_id, n, has_origin, links.prefix, links.airflow_base))
+    return HTMLResponse(_overview_html(_root(request), crawl_id, n, has_origin, links.prefix, links.airflow_base,
+                                       dask_dashboard(store, n)))
 
 
 @router.get("/crawls/{crawl_id}/hosts", response_class=HTMLResponse)

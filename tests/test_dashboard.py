@@ -64,9 +64,10 @@ def _crawl_a_web_that_goes_down(root: Path, workdir: Path) -> None:
 
     web = start_simweb(workdir)
     try:
+        # with the embedded cluster's Dask dashboard on (the default): each round records its URL
         common = ["--root", str(root), "--resolve", web.resolve_rule, "--crawl-id", DOWN, "--delay", "0.05",
                   "--max-pages", "40", "--partitions", "2", "--round-duration-s", "8", "--workers", "2",
-                  "--no-dashboard", "--rounds", "1"]
+                  "--rounds", "1"]
         proc = subprocess.run([sys.executable, "-m", "crawl", "run", *common, "--seeds", *web.seed_urls(4)],
                               cwd=str(REPO), capture_output=True, text=True, timeout=600, check=False)
         assert proc.returncode == 0, proc.stderr[-3000:]
@@ -373,3 +374,58 @@ def test_the_index_gives_each_attempt_of_a_retried_url_its_own_status(root: Path
             assert crawl_status == "retry", (url, rows)
         else:
             assert crawl_status in ("fetched", "duplicate", "near_duplicate"), (url, rows)
+
+
+def _dask_header(server, token: str, crawl_id: str) -> HTMLParser:
+    return _doc(server, token, f"/crawl/dashboard/crawls/{crawl_id}")
+
+
+def test_the_dask_dashboard_is_linked_only_while_it_answers(server, token: str, root: Path, simweb,
+                                                            tmp_path) -> None:
+    """Embedded cluster (crawl ``down``, dashboard on): the round's cluster ended with its fetch step, so
+    no link, a note saying why. A round on a real external ``dask scheduler`` with its dashboard: linked
+    while the scheduler runs (the link answers 200), a note once it is stopped. Before, both crawls
+    linked a dashboard whatever answered (the embedded one always dead: connection refused)."""
+    import urllib.request
+
+    from airflow_harness import VENV_BIN, free_port
+    from test_resilience import DASK_ENV, start_workers, stop
+
+    recorded = json.loads((root / "state" / f"crawl={DOWN}" / "rounds" / "00002" / "fetch_parse.json").read_text())
+    assert recorded["dask_dashboard"].startswith("http://127.0.0.1:")  # the embedded cluster had one, then
+    doc = _dask_header(server, token, DOWN)
+    assert doc.css_first("#dask-dashboard") is None
+    assert not [a for a in doc.css("a") if "Dask dashboard" in a.text()]
+    assert "embedded cluster: it runs only during a round" in doc.css_first("#dask-dashboard-note").text()
+
+    dash_port, sched_file = free_port(), tmp_path / "scheduler.json"
+    sched = subprocess.Popen([str(VENV_BIN / "dask"), "scheduler", "--host", "127.0.0.1", "--port", "0",
+                              "--dashboard-address", f"127.0.0.1:{dash_port}", "--scheduler-file", str(sched_file)],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=DASK_ENV)
+    procs = [sched]
+    try:
+        import time
+
+        deadline = time.monotonic() + 60
+        while not sched_file.exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        address = json.loads(sched_file.read_text())["address"]
+        procs += start_workers(address, 1, prefix="dash")
+        proc = subprocess.run(
+            [sys.executable, "-m", "crawl", "run", "--root", str(root), "--resolve", simweb.resolve_rule,
+             "--crawl-id", "ext", "--delay", "0.05", "--max-pages", "20", "--partitions", "1", "--rounds", "1",
+             "--round-duration-s", "8", "--dask-address", address, "--seeds", *simweb.seed_urls(2)],
+            cwd=str(REPO), capture_output=True, text=True, timeout=300, check=False)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        link = json.loads((root / "state" / "crawl=ext" / "rounds" / "00001" / "fetch_parse.json").read_text())[
+            "dask_dashboard"]
+        assert f"127.0.0.1:{dash_port}" in link
+        a = _dask_header(server, token, "ext").css_first("#dask-dashboard")
+        assert a is not None and a.attributes["href"] == link
+        with urllib.request.urlopen(link, timeout=10) as resp:  # the real dashboard answers
+            assert resp.status == 200
+    finally:
+        stop(procs)
+    doc = _dask_header(server, token, "ext")
+    assert doc.css_first("#dask-dashboard") is None
+    assert "does not answer" in doc.css_first("#dask-dashboard-note").text()
