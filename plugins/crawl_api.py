@@ -17,6 +17,9 @@ need read access to the DAG, starting a crawl needs the right to trigger it; the
 * ``GET  /crawl/dashboard/...``     the crawl dashboard (plugins/crawl_dashboard.py), linked in the UI's
                                     nav as "Crawls": charts per round, CrawlDb, queue, hosts, page lookup.
 
+Errors: the JSON routes answer FastAPI's ``{"detail": ...}``; the HTML pages (dashboard, summary, API
+reference) answer an HTML page with the same status and reason unless the client asks for JSON only.
+
 How a run is triggered. The plugin calls the public REST API of the same server,
 ``POST /api/v2/dags/recrawl/dagRuns``, with the caller's own token. That is Airflow's stable,
 documented interface (the route's implementation and ``airflow.api.common`` are internal and changed
@@ -45,9 +48,12 @@ from airflow.api_fastapi.core_api.security import GetUserDep
 from airflow.plugins_manager import AirflowPlugin
 from crawl_auth import CAN_READ, CAN_TRIGGER, DAG_ID, LOGGED_IN
 from fastapi import FastAPI, HTTPException, Query, Request
+from fastapi.exception_handlers import http_exception_handler, request_validation_exception_handler
+from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
-from fastapi.responses import HTMLResponse, StreamingResponse
+from fastapi.responses import HTMLResponse, Response, StreamingResponse
 from pydantic import Field
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from crawl.config import CRAWL_ID_RE, is_crawl_id, request_model
 
@@ -98,6 +104,33 @@ def swagger_ui(request: Request) -> HTMLResponse:
 @app.get("/redoc", include_in_schema=False, dependencies=[LOGGED_IN])
 def redoc(request: Request) -> HTMLResponse:
     return get_redoc_html(openapi_url=_mounted_at(request) + "/openapi.json", title=f"{app.title} - ReDoc")
+
+
+# the app's HTML pages (under its mount point); an error on them is a page too
+HTML_PAGES = ("/dashboard", "/summary", "/docs", "/redoc")
+
+
+def _is_html_page(request: Request) -> bool:
+    path = request.url.path
+    mount = _mounted_at(request)
+    if mount and path.startswith(mount):
+        path = path[len(mount):]
+    return any(path == p or path.startswith(p + "/") for p in HTML_PAGES)
+
+
+@app.exception_handler(StarletteHTTPException)
+async def _http_error(request: Request, exc: StarletteHTTPException) -> Response:
+    if _is_html_page(request) and not crawl_dashboard.wants_json(request):
+        return crawl_dashboard.error_page(request, exc.status_code, crawl_dashboard.error_message(exc.detail),
+                                          headers=getattr(exc, "headers", None))
+    return await http_exception_handler(request, exc)
+
+
+@app.exception_handler(RequestValidationError)
+async def _validation_error(request: Request, exc: RequestValidationError) -> Response:
+    if _is_html_page(request) and not crawl_dashboard.wants_json(request):
+        return crawl_dashboard.error_page(request, 422, crawl_dashboard.error_message(exc.errors()))
+    return await request_validation_exception_handler(request, exc)
 
 
 def _caller_token(request: Request) -> str:

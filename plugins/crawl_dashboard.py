@@ -12,6 +12,11 @@ Pages (each needs read access to the ``recrawl`` DAG, like the crawl API's read 
 * ``/crawl/dashboard/crawls/{id}/body?url=&at=``  the stored body of one capture;
 * ``/crawl/dashboard/crawls/{id}/reports/{n}`` the stored report file of round n.
 
+Errors: these are pages, so a 4xx on them (unknown crawl or round, bad input, no login) is an HTML
+page in the dashboard's style with the specific reason and links back (:func:`error_page`, installed
+as the crawl app's exception handler by plugins/crawl_api.py); a client that asks for JSON only
+(``Accept: application/json``) gets FastAPI's JSON ``{"detail": ...}`` with the same status.
+
 The figures come from :mod:`crawl.report` (DuckDB over the published output), the HTML from
 :mod:`crawl.reporthtml`; this module only routes, checks input and links to the Airflow UI (DAG runs
 open in the top window, not in the plugin's iframe). Charts are SVG made on the server: the pages
@@ -21,14 +26,16 @@ until its next round is published.
 
 from __future__ import annotations
 
-import html
 import re
+import urllib.parse
 import urllib.request
 from functools import lru_cache
+from http import HTTPStatus
 from typing import Annotated, Any
 
 from crawl_auth import CAN_READ
 from fastapi import APIRouter, HTTPException, Query, Request
+from fastapi import Path as FastApiPath
 from fastapi.responses import HTMLResponse, Response
 
 from crawl.config import CRAWL_ID_RE
@@ -37,6 +44,8 @@ from crawl.config import CRAWL_ID_RE
 router = APIRouter(dependencies=[CAN_READ])
 #: how long the crawl page waits for an external Dask scheduler's dashboard to answer before it leaves the link out
 DASK_PROBE_TIMEOUT_S = 2.0
+#: a round number in a URL: digits only (no sign), at most 9 of them
+ROUND_RE = re.compile(r"[0-9]{1,9}")
 HOST_SORT_LABELS = {"pages": "pages fetched", "errors": "errors", "backoff": "backoffs",
                     "robots_denied": "robots-denied URLs", "delay_s": "delay", "known": "known URLs"}
 
@@ -212,15 +221,83 @@ def body_download(crawl_id: str, request: Request, url: Annotated[str, Query(min
     })
 
 
+def round_or_400(value: str) -> int:
+    """A round number from a URL: a whole number from 1 up, else 400 naming the value (never a path made of it)."""
+    if not ROUND_RE.fullmatch(value) or int(value) < 1:
+        raise HTTPException(400, f"round must be a whole number from 1 up to 999999999 (rounds count from 1), got {value!r}")
+    return int(value)
+
+
 @router.get("/crawls/{crawl_id}/reports/{round_no}", response_class=HTMLResponse)
-def report_file(crawl_id: str, round_no: int, request: Request) -> HTMLResponse:
+def report_file(crawl_id: str, request: Request,
+                round_no: Annotated[str, FastApiPath(description="round number: 1, 2, ...")]) -> HTMLResponse:
     """The report file the report task wrote for round ``round_no`` (as it was written)."""
     from crawl.report import report_path
     from crawl.store import Store
 
-    _crawl_or_404(request, crawl_id)
+    if not CRAWL_ID_RE.match(crawl_id):
+        raise HTTPException(400, f"crawl_id must match {CRAWL_ID_RE.pattern}")
+    n = round_or_400(round_no)
+    last = _crawl_or_404(request, crawl_id)
     store = Store(_root(request), crawl_id)
-    rel = report_path(store, round_no)
+    rel = report_path(store, n)
     if not store.exists(rel):
-        raise HTTPException(404, f"no report file for round {round_no} of {crawl_id!r}: {html.escape(rel)}")
+        published = f"its published rounds are 1 to {last}" if last else "it has not published a round yet"
+        raise HTTPException(404, f"no report file for round {n} of {crawl_id!r} ({published}; looked for {rel})")
     return HTMLResponse(store.read_bytes(rel).decode("utf-8"))
+
+
+# ---- errors as pages -------------------------------------------------------------------------------------
+def wants_json(request: Request) -> bool:
+    """A client that asks for JSON and not HTML (``Accept: application/json``); browsers send text/html."""
+    accept = request.headers.get("accept", "").lower()
+    return "json" in accept and "text/html" not in accept
+
+
+def _crawl_of(request: Request) -> str | None:
+    """The crawl a dashboard URL names, when it is a crawl that exists (for a link back to it)."""
+    from crawl.store import Store
+
+    m = re.search(r"/dashboard/crawls/([^/]+)", request.url.path)
+    if not m or not CRAWL_ID_RE.match(m.group(1)):
+        return None
+    try:
+        store = Store(_root(request), m.group(1))
+        return m.group(1) if store.ls(store.state()) else None
+    except Exception:  # noqa: BLE001 - a link back is a nicety; the error page must render anyway
+        return None
+
+
+def error_message(detail: Any) -> str:
+    """The text of an HTTPException's detail (a string, or a dict with a message) or of validation errors."""
+    if isinstance(detail, str):
+        return detail
+    if isinstance(detail, dict) and "message" in detail:
+        return str(detail["message"])
+    if isinstance(detail, list | tuple):  # RequestValidationError.errors()
+        parts = []
+        for e in detail:
+            loc = [str(x) for x in e.get("loc", ())]
+            where = f"{loc[0]} parameter {'.'.join(loc[1:])!r}" if len(loc) > 1 else ".".join(loc)
+            got = f" (got {e['input']!r})" if "input" in e and not isinstance(e["input"], dict) else ""
+            parts.append(f"{where}: {e.get('msg', 'invalid')}{got}")
+        return "; ".join(parts)
+    return str(detail)
+
+
+def error_page(request: Request, status: int, message: str, headers: dict[str, str] | None = None) -> HTMLResponse:
+    """An error as a page of the dashboard: the reason, and links back to the crawl list and the crawl."""
+    links = _links(request)
+    cid = None if status in (401, 403) else _crawl_of(request)  # no crawl names for a caller who may not read
+    try:
+        phrase = HTTPStatus(status).phrase
+    except ValueError:
+        phrase = "Error"
+    login = None
+    if status == 401:
+        login = f"{links.airflow_base}/auth/login?next={urllib.parse.quote(str(request.url.path), safe='/')}"
+    body = _page("error.html", status=status, cid=cid, links=links, code=status, phrase=phrase, message=message,
+                 login=login)
+    for k, v in (headers or {}).items():
+        body.headers[k] = v
+    return body

@@ -376,6 +376,100 @@ def test_the_index_gives_each_attempt_of_a_retried_url_its_own_status(root: Path
             assert crawl_status in ("fetched", "duplicate", "near_duplicate"), (url, rows)
 
 
+
+def _http(server, path: str, token: str, accept: str | None = None) -> tuple[int, str, bytes]:
+    """GET with an Accept header (the harness's request sends none): (status, content type, body)."""
+    import urllib.error
+    import urllib.request
+
+    req = urllib.request.Request(server.url + path, headers={"Authorization": f"Bearer {token}",
+                                                             **({"Accept": accept} if accept else {})})
+    try:
+        with urllib.request.urlopen(req, timeout=120) as resp:
+            return resp.status, resp.headers.get("content-type", ""), resp.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.headers.get("content-type", ""), exc.read()
+
+
+BROWSER_ACCEPT = "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"
+
+
+def test_dashboard_errors_are_pages_in_a_browser_and_json_for_api_clients(server, chromium, artifacts) -> None:  # noqa: F811
+    """Chromium, logged in: an unknown crawl, a round with no report file and an out-of-range limit each
+    answer a page with the status, the specific reason and links back that work (to the crawl list, to
+    the crawl). The same URLs asked for JSON answer FastAPI's JSON with the same status and reason, and
+    the JSON API keeps its JSON for a browser too. Before, the browser showed the raw JSON."""
+    from browser import new_page
+    from playwright.sync_api import expect
+
+    token = server.token()
+    cases = [  # path, status, the reason's words (page, JSON), links back
+        ("/crawl/dashboard/crawls/nosuchcrawl", 404, ("unknown crawl 'nosuchcrawl'",) * 2, ["all crawls"]),
+        (f"/crawl/dashboard/crawls/{CRAWL}/reports/9", 404, (f"no report file for round 9 of '{CRAWL}'",) * 2,
+         [f"back to crawl {CRAWL}", "all crawls"]),
+        (f"/crawl/dashboard/crawls/{CRAWL}/hosts?limit=0", 422,
+         ("query parameter 'limit': Input should be greater than or equal to 1 (got '0')", '["query", "limit"]'),
+         [f"back to crawl {CRAWL}", "all crawls"]),
+        (f"/crawl/dashboard/crawls/{CRAWL}/nosuchtab", 404, ("Not Found",) * 2, [f"back to crawl {CRAWL}", "all crawls"]),
+    ]
+    page = new_page(chromium, cookies=[{"name": "_token", "value": token, "url": server.url}])
+    try:
+        for path, status, (reason, json_reason), backs in cases:
+            resp = page.goto(server.url + path)
+            assert resp.status == status, (path, resp.status)
+            assert resp.headers["content-type"].startswith("text/html"), (path, resp.headers)
+            expect(page.locator("#error-message")).to_contain_text(reason)
+            expect(page.locator("h1")).to_be_visible()
+            assert page.locator("#error").get_attribute("data-status") == str(status)
+            artifacts.shot(page, f"error-{status}-{path.rsplit('/', 1)[1][:20]}")
+            for label in backs:
+                assert page.locator("#error-links").get_by_role("link", name=label).count() == 1, (path, label)
+            # follow the first link back: the crawl (its figures) or the crawl list
+            page.locator("#error-links").get_by_role("link", name=backs[0]).click()
+            expect(page.locator("#tiles" if backs[0].startswith("back to crawl") else "table#crawls")).to_be_visible()
+            # an API client asking for JSON gets the same status and reason as JSON
+            got, ctype, raw = _http(server, path, token, "application/json")
+            assert got == status and ctype.startswith("application/json"), (path, got, ctype)
+            detail = json.loads(raw)["detail"]
+            assert json_reason in (detail if isinstance(detail, str) else json.dumps(detail)), (path, detail)
+        # a page without a login: 401 as a page that says so and links to Airflow's login
+        anon = new_page(chromium)
+        try:
+            resp = anon.goto(f"{server.url}/crawl/dashboard/crawls/{CRAWL}")
+            assert resp.status == 401
+            expect(anon.locator("#error-message")).to_contain_text("Not authenticated")
+            assert "/auth/login" in anon.locator("#error-links a", has_text="Log in").get_attribute("href")
+            assert anon.locator("#error-links a", has_text=CRAWL).count() == 0  # no crawl named without a login
+        finally:
+            anon.context.close()
+    finally:
+        page.context.close()
+    # the JSON API's answers are unchanged, whatever the client accepts
+    for accept in (None, BROWSER_ACCEPT, "application/json"):
+        got, ctype, raw = _http(server, "/crawl/crawls/nosuchcrawl", token, accept)
+        assert got == 404 and ctype.startswith("application/json"), (accept, got, ctype)
+        assert json.loads(raw)["detail"].startswith("unknown crawl 'nosuchcrawl': nothing under the crawl root")
+
+
+@pytest.mark.parametrize("bad", ["-1", "0", "abc", "1.5", "+1", "-0001", "1e3", "99999999999"])
+def test_a_bad_round_number_is_refused_naming_it(server, token: str, root: Path, bad: str) -> None:
+    """``reports/-1`` and other round numbers that are not 1, 2, ...: 400 naming the value as given (for a
+    browser and for an API client), never a 404 about a partition path made of it (``round=-0001``)."""
+    for accept, kind in ((BROWSER_ACCEPT, "text/html"), ("application/json", "application/json")):
+        got, ctype, raw = _http(server, f"/crawl/dashboard/crawls/{CRAWL}/reports/{quote(bad, safe='')}", token,
+                                accept)
+        text = raw.decode()
+        assert got == 400 and ctype.startswith(kind), (bad, got, ctype, text[:300])
+        assert "round=" not in text and "reports/crawl=" not in text, (bad, text[:300])
+        message = (json.loads(text)["detail"] if kind == "application/json"
+                   else HTMLParser(text).css_first("#error-message").text())
+        assert message == f"round must be a whole number from 1 up to 999999999 (rounds count from 1), got {bad!r}", message
+    # a good number of a round that has no report file: 404 saying which rounds there are
+    got, _, raw = _http(server, f"/crawl/dashboard/crawls/{CRAWL}/reports/{ROUNDS + 1}", token, "application/json")
+    assert got == 404 and f"its published rounds are 1 to {ROUNDS}" in json.loads(raw)["detail"]
+    assert not (root / "reports" / f"crawl={CRAWL}" / "round=-0001.html").exists()
+
+
 def _dask_header(server, token: str, crawl_id: str) -> HTMLParser:
     return _doc(server, token, f"/crawl/dashboard/crawls/{crawl_id}")
 
