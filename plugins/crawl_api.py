@@ -2,8 +2,8 @@
 
 Endpoints (every one needs an Airflow login: ``Authorization: Bearer <token>`` or the UI's cookie,
 and a permission on the ``recrawl`` DAG from Airflow's auth manager, see plugins/crawl_auth.py: reads
-need read access to the DAG, starting a crawl needs the right to trigger it; the OpenAPI pages
-``/crawl/docs``, ``/crawl/redoc`` and ``/crawl/openapi.json`` need a login):
+need read access to the DAG, starting a crawl needs the right to trigger it; the API reference
+``/crawl/docs`` (also ``/crawl/redoc``) and the schema ``/crawl/openapi.json`` need a login):
 
 * ``POST /crawl/crawls``            start a crawl: seeds are checked by the engine, then the ``recrawl``
                                     DAG is triggered with them; answers the crawl id and DAG run id.
@@ -19,6 +19,8 @@ need read access to the DAG, starting a crawl needs the right to trigger it; the
 
 Errors: the JSON routes answer FastAPI's ``{"detail": ...}``; the HTML pages (dashboard, summary, API
 reference) answer an HTML page with the same status and reason unless the client asks for JSON only.
+The API reference (``/crawl/docs``) is rendered on the server from ``openapi()`` (plugins/crawl_apiref.py):
+Swagger UI and ReDoc load their scripts from a CDN and stay blank without internet access.
 
 How a run is triggered. The plugin calls the public REST API of the same server,
 ``POST /api/v2/dags/recrawl/dagRuns``, with the caller's own token. That is Airflow's stable,
@@ -46,11 +48,11 @@ from typing import Annotated, Any
 import crawl_dashboard  # plugins/ is on sys.path: Airflow puts its plugins folder there
 from airflow.api_fastapi.core_api.security import GetUserDep
 from airflow.plugins_manager import AirflowPlugin
+from crawl_apiref import operations
 from crawl_auth import CAN_READ, CAN_TRIGGER, DAG_ID, LOGGED_IN
 from fastapi import FastAPI, HTTPException, Query, Request
 from fastapi.exception_handlers import http_exception_handler, request_validation_exception_handler
 from fastapi.exceptions import RequestValidationError
-from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
 from fastapi.responses import HTMLResponse, Response, StreamingResponse
 from pydantic import Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -97,13 +99,18 @@ def openapi_schema(request: Request) -> dict[str, Any]:
 
 
 @app.get("/docs", include_in_schema=False, dependencies=[LOGGED_IN])
-def swagger_ui(request: Request) -> HTMLResponse:
-    return get_swagger_ui_html(openapi_url=_mounted_at(request) + "/openapi.json", title=f"{app.title} - docs")
-
-
 @app.get("/redoc", include_in_schema=False, dependencies=[LOGGED_IN])
-def redoc(request: Request) -> HTMLResponse:
-    return get_redoc_html(openapi_url=_mounted_at(request) + "/openapi.json", title=f"{app.title} - ReDoc")
+def api_reference(request: Request) -> HTMLResponse:
+    """The API reference, rendered here from ``openapi()``: no script, nothing loaded from elsewhere
+    (FastAPI's Swagger UI and ReDoc pages load theirs from a CDN and are blank offline)."""
+    from crawl.reporthtml import render
+
+    spec = app.openapi()
+    base = _mounted_at(request)
+    return HTMLResponse(render(
+        "apiref.html", title=app.title, version=spec.get("info", {}).get("version", ""),
+        openapi_version=spec.get("openapi", ""), description=app.description or "", ops=operations(spec),
+        base=base, schema_url=f"{base}/openapi.json", links=crawl_dashboard._links(request)))
 
 
 # the app's HTML pages (under its mount point); an error on them is a page too

@@ -523,3 +523,40 @@ def test_the_dask_dashboard_is_linked_only_while_it_answers(server, token: str, 
     doc = _dask_header(server, token, "ext")
     assert doc.css_first("#dask-dashboard") is None
     assert "does not answer" in doc.css_first("#dask-dashboard-note").text()
+
+
+def test_the_api_reference_shows_in_an_offline_browser(server, chromium, artifacts) -> None:  # noqa: F811
+    """Chromium on this offline box, logged in: ``/crawl/docs`` and ``/crawl/redoc`` show every endpoint of
+    ``/crawl/openapi.json`` with its parameters and body fields, and load nothing from another origin.
+    Before, both pages loaded Swagger UI / ReDoc from cdn.jsdelivr.net and stayed blank here."""
+    from browser import new_page
+    from playwright.sync_api import expect
+
+    token = server.token()
+    status, raw, _ = server.request("GET", "/crawl/openapi.json", token=token)
+    assert status == 200
+    spec = json.loads(raw)
+    ops = [(m.upper(), p) for p, item in spec["paths"].items() for m in item if m in ("get", "post")]
+    assert ("POST", "/crawls") in ops and ("GET", "/pages") in ops
+    page = new_page(chromium, cookies=[{"name": "_token", "value": token, "url": server.url}])
+    elsewhere: list[str] = []
+    page.on("request", lambda r: None if r.url.startswith(server.url) else elsewhere.append(r.url))
+    try:
+        for path in ("/crawl/docs", "/crawl/redoc"):
+            assert page.goto(server.url + path).status == 200
+            for method, p in ops:
+                op = page.locator(f'section.op[data-method="{method}"][data-path="{p}"]')
+                expect(op.locator("code.path")).to_have_text(f"/crawl{p}")
+                expect(op.locator("code.path")).to_be_visible()
+            pages = page.locator('section.op[data-method="GET"][data-path="/pages"]')
+            expect(pages.locator('tr[data-param="url"]')).to_contain_text("query")
+            expect(pages.locator('tr[data-param="url"]')).to_contain_text("length ≤ 8192")
+            start = page.locator('section.op[data-method="POST"][data-path="/crawls"]')
+            for field in spec["components"]["schemas"]["CrawlRequest"]["properties"]:
+                expect(start.locator(f'tr[data-field="{field}"]')).to_be_visible()
+            expect(start.locator('tr[data-field="seeds"]')).to_contain_text("yes")
+            expect(start.locator('tr[data-code="201"]')).to_be_visible()
+            artifacts.shot(page, path.rsplit("/", 1)[1])
+        assert elsewhere == [], elsewhere
+    finally:
+        page.context.close()
