@@ -103,6 +103,10 @@ def check_dashboard(page: Any, server: Any, shots: Any, crawl_root: Path, crawl_
         pages = _duck(f"SELECT count(*) FROM {files.fetches()} AND status = 'fetched' AND host = ?",
                       [tr.get_attribute("data-host")])[0][0]
         assert _int(tr.locator('[data-k="pages"]').inner_text()) == pages
+    # the DAG's round ran on the embedded cluster, gone with its fetch step: no dead Dask link, a note why
+    assert files.step(n, "fetch_parse")["dask_dashboard"].startswith("http://127.0.0.1:")
+    assert page.locator("#dask-dashboard").count() == 0
+    assert "embedded cluster" in page.locator("#dask-dashboard-note").inner_text()
     # the round links to the DAG run that made it, opened in the top window
     link = page.locator("table#rounds a[href*='/dags/recrawl/runs/']").first
     assert unquote(link.get_attribute("href")) == f"/dags/recrawl/runs/{run_id}"
@@ -153,7 +157,24 @@ def check_dashboard(page: Any, server: Any, shots: Any, crawl_root: Path, crawl_
     digests = {d for (d,) in _duck(f"SELECT payload_digest FROM {files.fetches()} AND url = ?", [url])}
     assert payload_digest(body) in digests
 
-    # 6. back to the overview, follow the DAG run link: the Airflow UI's page of the run
+    # 6. errors inside the UI's frame are pages with a way back: an unknown crawl, then "all crawls"
+    page.goto(server.url + "/")
+    page.get_by_role("button", name="Browse").first.click()
+    page.get_by_role("menuitem", name="Crawls").click()
+    frame = page.frame_locator("iframe").first
+    frame.locator(f'table#crawls tr[data-crawl="{crawl_id}"]').wait_for()
+    page.locator("iframe").first.evaluate("(f, src) => { f.src = src }", "/crawl/dashboard/crawls/no-such-crawl")
+    frame.locator("#error-message").wait_for()
+    assert "unknown crawl 'no-such-crawl'" in frame.locator("#error-message").inner_text()
+    shots.shot(page, "dashboard-error-in-frame", full_page=False)
+    frame.get_by_role("link", name="all crawls").click()
+    frame.locator(f'table#crawls tr[data-crawl="{crawl_id}"]').wait_for()
+    # the API reference, offline: the endpoints are there
+    page.goto(server.url + "/crawl/docs")
+    page.locator('section.op[data-method="POST"][data-path="/crawls"] tr[data-field="seeds"]').wait_for()
+    shots.shot(page, "api-reference", full_page=False)
+
+    # 7. back to the overview, follow the DAG run link: the Airflow UI's page of the run
     page.goto(base)
     page.locator("table#rounds a[href*='/dags/recrawl/runs/']").first.click()
     page.wait_for_url(re.compile(r"/dags/recrawl/runs/"))
