@@ -27,6 +27,7 @@ until its next round is published.
 from __future__ import annotations
 
 import re
+import urllib.error
 import urllib.parse
 import urllib.request
 from functools import lru_cache
@@ -44,6 +45,15 @@ from crawl.config import CRAWL_ID_RE
 router = APIRouter(dependencies=[CAN_READ])
 #: how long the crawl page waits for an external Dask scheduler's dashboard to answer before it leaves the link out
 DASK_PROBE_TIMEOUT_S = 2.0
+
+
+class _Refuse(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None  # a 3xx answers the probe; it is not a hop to follow elsewhere
+
+
+#: the dashboard probe's opener: no proxies from the environment, no redirects followed
+_NO_REDIRECTS = urllib.request.build_opener(urllib.request.ProxyHandler({}), _Refuse())
 #: a round number in a URL: digits only (no sign), at most 9 of them
 ROUND_RE = re.compile(r"[0-9]{1,9}")
 HOST_SORT_LABELS = {"pages": "pages fetched", "errors": "errors", "backoff": "backoffs",
@@ -126,9 +136,14 @@ def dask_dashboard(store: Any, round_no: int) -> tuple[str | None, str] | None:
                       "a long-lived scheduler, CRAWL_DASK_ADDRESS, keeps one)")
     if not link.startswith(("http://", "https://")):
         return None, f"Dask dashboard: the scheduler at {address} serves none"
+    if urllib.parse.urlsplit(link).hostname != urllib.parse.urlsplit(address).hostname:
+        # the server GETs this URL: only the scheduler's own host, never a URL a stored file names elsewhere
+        return None, f"Dask dashboard: {link} is not on the scheduler's host ({address}); not probed"
     try:
-        with urllib.request.urlopen(urllib.request.Request(link, method="GET"), timeout=DASK_PROBE_TIMEOUT_S) as resp:
+        with _NO_REDIRECTS.open(urllib.request.Request(link, method="GET"), timeout=DASK_PROBE_TIMEOUT_S) as resp:
             ok = resp.status < 400
+    except urllib.error.HTTPError as e:  # a 3xx not followed is an answer too
+        ok = e.code < 400
     except (OSError, ValueError):
         ok = False
     if ok:

@@ -480,6 +480,7 @@ def test_the_dask_dashboard_is_linked_only_while_it_answers(server, token: str, 
     no link, a note saying why. A round on a real external ``dask scheduler`` with its dashboard: linked
     while the scheduler runs (the link answers 200), a note once it is stopped. Before, both crawls
     linked a dashboard whatever answered (the embedded one always dead: connection refused)."""
+    import time
     import urllib.request
 
     from airflow_harness import VENV_BIN, free_port
@@ -498,8 +499,6 @@ def test_the_dask_dashboard_is_linked_only_while_it_answers(server, token: str, 
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=DASK_ENV)
     procs = [sched]
     try:
-        import time
-
         deadline = time.monotonic() + 60
         while not sched_file.exists() and time.monotonic() < deadline:
             time.sleep(0.2)
@@ -523,6 +522,18 @@ def test_the_dask_dashboard_is_linked_only_while_it_answers(server, token: str, 
     doc = _dask_header(server, token, "ext")
     assert doc.css_first("#dask-dashboard") is None
     assert "does not answer" in doc.css_first("#dask-dashboard-note").text()
+
+    # the page's server GETs the recorded link: only on the scheduler's own host, whatever a stored file names
+    from crawl.simweb.canary import Canary
+
+    fp_path = root / "state" / "crawl=ext" / "rounds" / "00001" / "fetch_parse.json"
+    with Canary() as canary:
+        fp_path.write_text(json.dumps({**json.loads(fp_path.read_text()),
+                                       "dask_dashboard": f"http://localhost:{canary.port}/status"}))
+        doc = _dask_header(server, token, "ext")
+        time.sleep(0.5)
+        assert not canary.hits, canary.hits  # the old code's probe connected to it
+    assert "not on the scheduler's host" in doc.css_first("#dask-dashboard-note").text()
 
 
 def test_the_api_reference_shows_in_an_offline_browser(server, chromium, artifacts) -> None:  # noqa: F811
