@@ -53,6 +53,9 @@ def main(argv: list[str] | None = None) -> int:
                         "robots-hop-N); with --bind 127.0.0.1,::1 also [::1]")
     s.add_argument("--drip-hosts", action="store_true",
                    help="serve the slow-drip hosts (drip-body, drip-head, drip-robots .sim.test; crawl/simweb/drip.py)")
+    s.add_argument("--log-conditional", action="store_true",
+                   help="add the request's If-None-Match and If-Modified-Since to each access-log line "
+                        "(inm, ims; null when absent)")
     t = sub.add_parser("truth", help="write the ground truth as Parquet")
     _common(t)
     t.add_argument("--out", required=True, help="output .parquet file")
@@ -89,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
                                        stall_s=a.stall_seconds, robots_timeout_s=a.robots_timeout_seconds,
                                        canary_port=a.canary_port, origin_bait=a.origin_bait,
                                        spa_hosts=a.spa_hosts, render_cache_mb=a.render_cache_mb,
-                                       drip_hosts=a.drip_hosts))
+                                       drip_hosts=a.drip_hosts, log_conditional=a.log_conditional))
         done, _ = await asyncio.wait({task, ready}, return_when=asyncio.FIRST_COMPLETED)
         if ready in done:
             port, _srv = ready.result()

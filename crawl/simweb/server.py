@@ -65,8 +65,10 @@ class SimServer:
     def __init__(self, model: M.Model, clock: VirtualClock | None = None, access_log: AccessLog | None = None,
                  stall_s: float = 120.0, robots_timeout_s: float = 60.0, slow_s: float = 3.0,
                  canary_port: int | None = None, origin_bait: bool = False, spa_hosts: int = 0,
-                 render_cache_mb: int = 256, drip_hosts: bool = False):
+                 render_cache_mb: int = 256, drip_hosts: bool = False, log_conditional: bool = False):
         self.m = model
+        # log the request's If-None-Match / If-Modified-Since (``inm``/``ims``): the oracle of conditional GET
+        self.log_conditional = log_conditional
         # slow-drip hosts (crawl.simweb.drip), only when asked for
         self.drip = DripSite(stall_s) if drip_hosts else None
         self.origin_bait = origin_bait
@@ -133,10 +135,14 @@ class SimServer:
                 nbytes = len(body) if isinstance(body, (bytes, bytearray)) else 0
             self.by_status[status] = self.by_status.get(status, 0) + 1
             sock = request.transport.get_extra_info("sockname") if request.transport is not None else None
-            self.log.write({"host": host, "authority": authority, "path": request.raw_path,
-                            "addr": sock[0] if sock else None, "start": start, "end": time.time(),
-                            "status": status, "bytes": nbytes, "in_flight": n, "method": request.method,
-                            "user_agent": request.headers.get("User-Agent", "")})
+            record = {"host": host, "authority": authority, "path": request.raw_path,
+                      "addr": sock[0] if sock else None, "start": start, "end": time.time(),
+                      "status": status, "bytes": nbytes, "in_flight": n, "method": request.method,
+                      "user_agent": request.headers.get("User-Agent", "")}
+            if self.log_conditional:
+                record["inm"] = request.headers.get("If-None-Match")
+                record["ims"] = request.headers.get("If-Modified-Since")
+            self.log.write(record)
 
     async def dispatch(self, request: web.Request, hostname: str) -> web.StreamResponse:
         raw = request.raw_path
@@ -458,7 +464,7 @@ async def run(model: M.Model, port: int = 0, access_log: str | None = None, bind
               clock: VirtualClock | None = None, stop: asyncio.Event | None = None,
               ready: asyncio.Future | None = None, stall_s: float = 120.0, robots_timeout_s: float = 60.0,
               canary_port: int | None = None, origin_bait: bool = False, spa_hosts: int = 0,
-              render_cache_mb: int = 256, drip_hosts: bool = False) -> None:
+              render_cache_mb: int = 256, drip_hosts: bool = False, log_conditional: bool = False) -> None:
     """Serve until ``stop`` is set (or SIGTERM/SIGINT when run from the CLI); flush the log at least 1/s.
 
     ``bind`` may list several addresses (``127.0.0.1,::1``): all listen on one port, the first's.
@@ -466,7 +472,7 @@ async def run(model: M.Model, port: int = 0, access_log: str | None = None, bind
     log = AccessLog(access_log)
     srv = SimServer(model, clock=clock, access_log=log, stall_s=stall_s, robots_timeout_s=robots_timeout_s,
                     canary_port=canary_port, origin_bait=origin_bait, spa_hosts=spa_hosts,
-                    render_cache_mb=render_cache_mb, drip_hosts=drip_hosts)
+                    render_cache_mb=render_cache_mb, drip_hosts=drip_hosts, log_conditional=log_conditional)
     runner = web.AppRunner(srv.app, handler_cancellation=True, shutdown_timeout=1.0, access_log=None)
     await runner.setup()
     addresses = [a.strip() for a in bind.split(",") if a.strip()]
