@@ -300,10 +300,18 @@ def reprioritise(cfg: CrawlConfig, store: Store, round_no: int, db: pa.Table,
             t_star = time_to_utility(rate, tau / np.maximum(weight, 1e-12))
             t_min = -np.log1p(-MIN_CHANGE_PROB) / np.maximum(rate, 1e-9)
             due_at = last + np.minimum(np.maximum(t_star, t_min) * DAY, MAX_INTERVAL_S)
-            # a row over the threshold at the next round is due now; others when they cross it
+            # due when the row has crossed both the threshold and the MIN_CHANGE_PROB floor, never
+            # before: generate takes rows with next_fetch_time <= its round's time. A row worth it at
+            # the next round (expected spacing_s from now) is due now, or at the floor when that is
+            # later, so a round that comes sooner than expected (round 2 after round 1's assumed
+            # day) does not take it early. Was now_s, and due_at - spacing_s for the others: a round up
+            # to a spacing early re-fetched copies (never-changing ones too) below the floor.
             worth = (value >= tau) & (t_next >= t_min)
-            nxt_content = np.where(worth, now_s, np.maximum(due_at - spacing_s, now_s + 1.0))
-        interval_s = np.where(content, np.minimum(np.nan_to_num(nxt_content - last + spacing_s, nan=0.0),
+            floor = last + np.minimum(t_min * DAY, MAX_INTERVAL_S)
+            nxt_content = np.where(worth, np.fmax(floor, now_s), np.maximum(due_at, now_s + 1.0))
+        # the expected interval: a row due by the next round is fetched then, one spacing on
+        fetch_at = np.maximum(nxt_content, now_s + spacing_s)
+        interval_s = np.where(content, np.minimum(np.nan_to_num(fetch_at - last, nan=0.0),
                                                   MAX_INTERVAL_S), interval_s)
 
     nxt = np.full(n, np.nan)
