@@ -143,6 +143,9 @@ class _Fetcher(_Scheduling, _HttpCalls, _Outcomes, _RobotsFetch, _SitemapFetch, 
         self.deadline_s = deadline_s
         self.rows: list[dict[str, Any]] = []
         self.robots_rows: list[dict[str, Any]] = []
+        # robots.txt URL -> the (status, body) its chain ended in, for answers this task may reuse:
+        # fresh cache rows (load) and the files it asked (crawl.fetch.robots)
+        self.robots_answers: dict[str, tuple[int | None, bytes | None]] = {}
         self.sitemap_parts: list[pa.Table] = []  # CKPT_SITEMAP_SCHEMA (entries + their unit)
         self.sitemap_entries = _SitemapEntries()  # entries not yet in sitemap_parts
         self.hosts: dict[str, _Host] = {}  # by origin
@@ -226,6 +229,8 @@ class _Fetcher(_Scheduling, _HttpCalls, _Outcomes, _RobotsFetch, _SitemapFetch, 
             done = resume.done
             mine = _fresh_robots(resume.robots_rows, self.now0, self.cfg.robots_ttl_s)
             self._known_from(resume.fetches)
+        for origin, answer in (*cached.items(), *mine.items()):
+            self.robots_answers[origin + "/robots.txt"] = answer
         for i, (url, uh, host, depth, etag, lm) in enumerate(zip(*cols, strict=True)):
             if url in done:
                 self.stats["resumed_urls"] += 1

@@ -52,6 +52,14 @@ class _RobotsFetch:
         body: bytes | None = None
         robots_key: str | None = None  # the key of the host that answered, when it is not h's
         for hop in range(ROBOTS_MAX_REDIRECTS + 1):
+            answer = self.robots_answers.get(url)
+            if answer is not None:  # this task has that file's answer (asked, or fresh in the cache)
+                if hop:  # the cache row names the answering host's key, as after a request
+                    key = self._key_of_url(url)
+                    robots_key = key if key != h.slot.key else None
+                self.stats["robots_reused"] += 1
+                status, body = answer
+                break
             other: _Slot | None = None  # the slot of another politeness key a hop goes to
             if hop:  # a redirect hop is a request too: obey the gap of the host it goes to
                 key = self._key_of_url(url)
@@ -123,6 +131,9 @@ class _RobotsFetch:
             break
         h.policy = policy_from_response(status, body, cfg.robots_max_bytes, cfg.robots_agent)
         if not h.policy.defer_host:  # an unavailable robots.txt (5xx, 429, unreachable) is not cached
+            # nor asked again by this task: a host whose robots.txt redirects here, or the file's own
+            # host after such a redirect, takes this answer (each was one more request of the same file)
+            self.robots_answers[job.url] = self.robots_answers[url] = (status, body)
             self.robots_rows.append({"origin": h.origin, "host": h.host, "fetched_at": self.wall(),
                                      "status": status, "body": body, "robots_key": robots_key})
         self.apply_policy(h)
