@@ -46,7 +46,9 @@ class AccessLog:
 
 
 def read_log(path: str | os.PathLike[str]) -> pa.Table:
-    """The access log as an Arrow table (empty table with the columns when the file is empty)."""
+    """The access log as an Arrow table (empty table with the columns when the file is empty); ``inm``
+    and ``ims`` (the request's If-None-Match / If-Modified-Since) are null unless the server ran with
+    ``--log-conditional``."""
     p = Path(path)
     if not p.exists() or p.stat().st_size == 0:
         return pa.table({"host": pa.array([], pa.string()), "authority": pa.array([], pa.string()),
@@ -54,13 +56,15 @@ def read_log(path: str | os.PathLike[str]) -> pa.Table:
                          "start": pa.array([], pa.float64()), "end": pa.array([], pa.float64()),
                          "status": pa.array([], pa.int64()), "bytes": pa.array([], pa.int64()),
                          "in_flight": pa.array([], pa.int64()), "method": pa.array([], pa.string()),
-                         "user_agent": pa.array([], pa.string())})
+                         "user_agent": pa.array([], pa.string()), "inm": pa.array([], pa.string()),
+                         "ims": pa.array([], pa.string())})
     con = duckdb.connect()
     try:
         return con.sql(
             "SELECT * FROM read_json(?, format='newline_delimited', columns={host:'VARCHAR', "
             "authority:'VARCHAR', path:'VARCHAR', addr:'VARCHAR', start:'DOUBLE', \"end\":'DOUBLE', status:'BIGINT', bytes:'BIGINT', "
-            "in_flight:'BIGINT', method:'VARCHAR', user_agent:'VARCHAR'})", params=[str(p)]
+            "in_flight:'BIGINT', method:'VARCHAR', user_agent:'VARCHAR', inm:'VARCHAR', ims:'VARCHAR'})",
+            params=[str(p)]
         ).to_arrow_table()
     finally:
         con.close()
