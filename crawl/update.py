@@ -398,10 +398,17 @@ def _near_duplicates(con: duckdb.DuckDBPyConnection, db_src: str | None, k: int)
     """).to_arrow_table()
     old_fp = None
     if db_src and new_fp.num_rows:
+        # stored fingerprints, but those this round replaces (a new one, an exact duplicate, a failed
+        # fetch). A copy re-checked this round with a 304 or an identical payload (a revisit) has no
+        # new fingerprint and stays the stored original: it was left out with every URL of the round,
+        # so a near copy first fetched in the round its original answered 304 was stored as new.
+        con.register("new_fp", new_fp)
         old_fp = con.sql(f"""
             SELECT url_hash, simhash FROM {db_src}
             WHERE simhash IS NOT NULL AND simhash <> 0 AND status IN ('fetched', 'not_modified')
-              AND duplicate_of IS NULL AND url_hash NOT IN (SELECT url_hash FROM f)
+              AND duplicate_of IS NULL AND url_hash NOT IN (SELECT url_hash FROM new_fp)
+              AND url_hash NOT IN (SELECT url_hash FROM exact)
+              AND url_hash NOT IN (SELECT url_hash FROM f WHERE status NOT IN ('fetched', 'not_modified'))
         """).to_arrow_table()
         # only stored fingerprints sharing a block with a new one can pair: the join sees those alone
         old_fp = old_fp.filter(pa.array(candidates(old_fp.column("simhash").to_numpy(),
