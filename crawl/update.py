@@ -388,6 +388,10 @@ def _sitemap_entries(cfg: CrawlConfig, store: Store, con: duckdb.DuckDBPyConnect
     return links, evidence
 
 
+# statuses of a row whose stored copy (and fingerprint) stands: re-checked unchanged, or not reached for now
+_STORED_COPY = "('fetched', 'not_modified', 'retry', 'deferred')"
+
+
 def _near_duplicates(con: duckdb.DuckDBPyConnection, db_src: str | None, k: int) -> None:
     """TEMP TABLE near(url_hash, duplicate_of) for pages fetched this round."""
     from crawl.neardup import candidates, near_duplicate_pairs
@@ -398,17 +402,18 @@ def _near_duplicates(con: duckdb.DuckDBPyConnection, db_src: str | None, k: int)
     """).to_arrow_table()
     old_fp = None
     if db_src and new_fp.num_rows:
-        # stored fingerprints, but those this round replaces (a new one, an exact duplicate, a failed
-        # fetch). A copy re-checked this round with a 304 or an identical payload (a revisit) has no
-        # new fingerprint and stays the stored original: it was left out with every URL of the round,
-        # so a near copy first fetched in the round its original answered 304 was stored as new.
+        # stored copies' fingerprints, but those this round replaces (a new one, an exact duplicate) or
+        # ends (gone, a redirect, ...). A copy re-checked this round with a 304 or an identical payload
+        # (a revisit), or whose re-check failed for now (retry, deferred), has no new fingerprint and
+        # is still the stored original: every URL of the round was left out, and a row whose last
+        # attempt was a retry too, so a near copy first fetched then was stored as new.
         con.register("new_fp", new_fp)
         old_fp = con.sql(f"""
             SELECT url_hash, simhash FROM {db_src}
-            WHERE simhash IS NOT NULL AND simhash <> 0 AND status IN ('fetched', 'not_modified')
+            WHERE simhash IS NOT NULL AND simhash <> 0 AND status IN {_STORED_COPY}
               AND duplicate_of IS NULL AND url_hash NOT IN (SELECT url_hash FROM new_fp)
               AND url_hash NOT IN (SELECT url_hash FROM exact)
-              AND url_hash NOT IN (SELECT url_hash FROM f WHERE status NOT IN ('fetched', 'not_modified'))
+              AND url_hash NOT IN (SELECT url_hash FROM f WHERE status NOT IN {_STORED_COPY})
         """).to_arrow_table()
         # only stored fingerprints sharing a block with a new one can pair: the join sees those alone
         old_fp = old_fp.filter(pa.array(candidates(old_fp.column("simhash").to_numpy(),
