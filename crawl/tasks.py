@@ -165,7 +165,7 @@ def fetch_task(cfg: CrawlConfig, round_no: int, part: int, now: datetime, token:
         ahead = ParseAhead(cfg.parse_overlap_docs, cfg.max_outlinks_per_page, cfg.allowed_schemes,
                            MediaLimits.from_config(cfg))
     last_contact, backoff_until = previous_contact(store, round_no)
-    told = PendingWaits(store, round_no, part, cfg.backoff_cap_s)  # those a dead attempt was told
+    told = PendingWaits(store, round_no, part, cfg.backoff_cap_s)  # those a dead attempt was told, and its counts
     for key, until in told.waits.items():
         backoff_until[key] = max(backoff_until.get(key, 0.0), until)
     try:
@@ -186,6 +186,7 @@ def fetch_task(cfg: CrawlConfig, round_no: int, part: int, now: datetime, token:
             last_contact_unix=last_contact,
             backoff_until_unix=backoff_until,
             on_wait=told.add,
+            backoff_counts=told.counts,
         )
     finally:
         told.close()  # its last wait written, also when the fetch stopped or failed (a rerun reads it)
@@ -291,6 +292,11 @@ class PendingWaits:
     the sum of them. It is not a checkpoint (:mod:`crawl.checkpoint`): it holds even with checkpoints
     off or for another fetch list, since a host's wait does not depend on which URLs are asked. Read
     back, a wait is capped at ``backoff_cap_s`` from now (as when it was set) and an ended one dropped.
+
+    With the waits, each answering host's backoff count (``counts``, host -> the 503s without
+    Retry-After so far): a rerun that lost it began the host's exponential backoff again at
+    ``backoff_base_s`` (the fetcher keeps the count for the whole task, so it is kept here until the
+    partition's marker, also after the wait it set has ended).
     """
 
     def __init__(self, store: Store, round_no: int, part: int, cap_s: float) -> None:
@@ -301,23 +307,29 @@ class PendingWaits:
             raw = store.read_json(self.rel, {}) or {}
         except (ValueError, OSError):  # damaged outside the crawler: the earlier attempt's waits are lost
             raw = {}
+        raw = raw if isinstance(raw, dict) else {}
         self.waits: dict[str, float] = {}
-        for key, until in (raw.get("waits") or {}).items() if isinstance(raw, dict) else ():
+        for key, until in (raw.get("waits") or {}).items():
             if isinstance(until, int | float) and until > now:
                 self.waits[str(key)] = min(float(until), now + cap_s)
+        self.counts: dict[str, int] = {str(h): n for h, n in (raw.get("backoff_n") or {}).items()
+                                       if isinstance(n, int) and n > 0}
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._version = 0  # waits set so far; the writer writes until it has written the latest
         self._closing = False
         self._writer: threading.Thread | None = None
 
-    def add(self, key: str, until: float) -> None:
-        """A wait just set (:meth:`crawl.fetch.scheduler._Scheduling.back_off`, on the event loop): noted,
-        and written by the writer thread as soon as it gets to it."""
+    def add(self, key: str, until: float, host: str | None = None, backoff_n: int = 0) -> None:
+        """A wait just set (:meth:`crawl.fetch.scheduler._Scheduling.back_off`, on the event loop), with
+        the answering host's backoff count: noted, and written by the writer thread as soon as it gets
+        to it."""
         now = time.time()
         with self._lock:
             self.waits = {k: u for k, u in self.waits.items() if u > now}
             self.waits[key] = max(self.waits.get(key, 0.0), until)
+            if host is not None and backoff_n > 0:
+                self.counts[host] = max(self.counts.get(host, 0), backoff_n)
             self._version += 1
         if self._writer is None:
             self._writer = threading.Thread(target=self._write_latest, name="pending-waits", daemon=True)
@@ -330,10 +342,10 @@ class PendingWaits:
             self._wake.wait()
             self._wake.clear()
             with self._lock:
-                version, waits = self._version, dict(self.waits)
+                version, waits, counts = self._version, dict(self.waits), dict(self.counts)
             if version != written:
                 try:
-                    self.store.write_json(self.rel, {"waits": waits})
+                    self.store.write_json(self.rel, {"waits": waits, "backoff_n": counts})
                 except Exception:  # the wait holds in this attempt all the same; only a rerun would not know it
                     log.warning("could not save the 429/503 waits to %s", self.rel, exc_info=True)
                 written = version

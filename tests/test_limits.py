@@ -297,3 +297,56 @@ def test_saved_waits_are_written_off_the_caller_and_read_back_capped(tmp_path: P
     assert again.waits["h1.sim.test:80"] == now + 31
     again.remove()
     assert not store.exists(rel)
+
+
+def test_a_backoff_count_told_before_a_crash_holds_in_the_rerun(tmp_path: Path) -> None:
+    """A host answers 503 without Retry-After (backoff_base_s 1: waits of 1, 2, 4 s); the fetching process
+    (``crawl step fetch_parse``) is killed with SIGKILL during the second wait and the step is run again
+    at once (same run id). The rerun's third 503 is followed by the series' third length (4 s), not by
+    ``backoff_base_s`` again, as the server's request starts show. Before, the rerun knew the wait but
+    not the count, so the host's backoff began again at 1 s after every crash."""
+    import os
+    import signal
+
+    web = start_simweb(tmp_path / "web", extra_args=("--origin-bait",))  # its own: the 503 count is the server's
+    try:
+        host = "backoff-503.sim.test"
+        root = tmp_path / "root"
+        common = ["--root", str(root), "--crawl-id", "t", "--resolve", web.resolve_rule, "--delay", "0.1",
+                  "--partitions", "1", "--workers", "1", "--no-dashboard", "--round-duration-s", "30",
+                  "--set", "backoff_base_s=1", "--set", "backoff_jitter=0.1", "--set", "sitemaps=false",
+                  "--set", "max_crawl_delay_s=1"]
+        for step in (["inject", "--seeds", f"http://{host}/", f"http://{host}/ok.html"], ["generate"]):
+            out = subprocess.run([*CRAWL, "step", *step, *common], capture_output=True, text=True, timeout=120)
+            assert out.returncode == 0, out.stderr[-3000:]
+        fetch = [*CRAWL, "step", "fetch_parse", "--round", "1", "--run-id", "run-1", *common]
+        since = time.time()
+
+        def pages() -> list[dict]:
+            return [r for r in our_requests(web, host, since) if r["path"] != "/robots.txt"]
+
+        with open(tmp_path / "killed.stderr", "w") as err:
+            proc = subprocess.Popen(fetch, stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
+        try:
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline and proc.poll() is None and \
+                    sum(r["status"] == 503 for r in pages()) < 2:
+                time.sleep(0.1)
+            assert proc.poll() is None, (tmp_path / "killed.stderr").read_text()[-3000:]
+        finally:
+            os.killpg(proc.pid, signal.SIGKILL)  # the CLI and the Dask workers it started
+            proc.wait(10)
+        before = pages()
+        assert [r["status"] for r in before] == [503, 503], before
+        assert time.time() < before[1]["end"] + 0.9 * 2, "killed after the second wait ended"
+        out = subprocess.run(fetch, capture_output=True, text=True, timeout=180)
+        assert out.returncode == 0, out.stderr[-3000:]
+        log = pages()
+        assert [r["status"] for r in log[:BACKOFF_503S]] == [503] * BACKOFF_503S, log
+        assert {r["status"] for r in log[BACKOFF_503S:]} == {200}, log
+        gaps = [b["start"] - a["start"] for a, b in zip(log, log[1:BACKOFF_503S + 1], strict=False)]
+        print(f"gaps after each 503 across the crash: {[round(g, 2) for g in gaps]}")
+        # the series goes on over the crash: 1, 2, then 4 s (the rerun's first request waits out the 2 s)
+        assert all(g >= 0.9 * 2 ** k for k, g in enumerate(gaps)), gaps
+    finally:
+        web.stop()

@@ -188,6 +188,7 @@ class _Fetcher(_Scheduling, _HttpCalls, _Outcomes, _RobotsFetch, _SitemapFetch, 
         self.on_hold: Callable[[int, str, str | None, list[tuple[str, str]], bytes], None] | None = None
         self.last_contact_unix: float | None = None  # an earlier task's last contact (fetch_partition)
         self.backoff_until_unix: Mapping[str, float] | None = None  # its keys' 429/503 waits (fetch_partition)
+        self.backoff_counts: Mapping[str, int] | None = None  # a dead attempt's hosts' backoff counts (ditto)
         self.backoff_elsewhere: dict[str, float] = {}  # those of keys not in this task, passed on as they are
 
     # -- may we go on? (lease fencing / scheduler connection, see crawl.tasks.may_continue) -----
@@ -311,7 +312,7 @@ class _Fetcher(_Scheduling, _HttpCalls, _Outcomes, _RobotsFetch, _SitemapFetch, 
         # (_TotalBounds: a total of 5 s or more ends at the loop clock's next whole second)
         self.bounds = _TotalBounds(cfg.total_timeout_s)
         self.build_slots(await self._politeness_keys())
-        self.after_earlier_contact(self.last_contact_unix, self.backoff_until_unix)
+        self.after_earlier_contact(self.last_contact_unix, self.backoff_until_unix, self.backoff_counts)
         done = threading.Event()
         if self.should_continue is not None:
             threading.Thread(target=self._watch, args=(asyncio.get_running_loop(), done),
@@ -487,7 +488,8 @@ def fetch_partition(
     on_hold: Callable[[int, str, str | None, list[tuple[str, str]], bytes], None] | None = None,
     last_contact_unix: float | None = None,
     backoff_until_unix: Mapping[str, float] | None = None,
-    on_wait: Callable[[str, float], None] | None = None,
+    on_wait: Callable[[str, float, str, int], None] | None = None,
+    backoff_counts: Mapping[str, int] | None = None,
 ) -> FetchOutput:
     """Fetch one fetch-list partition politely; write its WARC files under ``root``; return rows.
 
@@ -530,9 +532,11 @@ def fetch_partition(
     it to wait (the previous round's ``stats["host_backoff_until"]``, which lists the keys whose wait
     outlasted that task): the key's first request waits for it, and a key whose wait ends after this
     task's deadline has its URLs deferred (``host_backoff``) without a request.
-    ``on_wait(key, until)``: called (on the event loop) each time a 429/503 sets a key's wait, with the
-    Unix time it ends, so the caller can keep it where a rerun after a crash finds it
-    (:func:`crawl.tasks.fetch_task`).
+    ``on_wait(key, until, host, backoff_n)``: called (on the event loop) each time a 429/503 sets a key's
+    wait, with the Unix time it ends and the answering host's backoff count, so the caller can keep
+    them where a rerun after a crash finds them (:func:`crawl.tasks.fetch_task`). ``backoff_counts``
+    (host -> count): what an earlier attempt of this partition had counted, so a host that goes on
+    answering 503 without Retry-After continues its exponential backoff instead of starting it again.
     """
     f = _Fetcher(cfg, root, warc_prefix, now, known_digests,
                  cfg.round_duration_s if deadline_s is None else deadline_s,
@@ -543,6 +547,7 @@ def fetch_partition(
     f.last_contact_unix = last_contact_unix
     f.backoff_until_unix = backoff_until_unix
     f.on_wait = on_wait
+    f.backoff_counts = backoff_counts
     f.load(fetchlist, robots_cache, resume)
     started = time.monotonic()
     try:

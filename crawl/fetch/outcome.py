@@ -240,7 +240,7 @@ class _Outcomes:
         h.errors += 1
         self.stats["host_errors"] += 1
         if wait is not None:
-            self.back_off(h.slot, wait)
+            self.back_off(h.slot, wait, h)
             if h.slot.next_at < self.deadline_s and h.errors < self.cfg.max_host_errors:
                 self.rows.append(_row(job, h.host, t, R.RETRY, error=error, retry_after_s=wait, **base))
                 h.queue.appendleft(_Job(job.url, job.url_hash, job.depth, job.etag, job.last_modified,

@@ -118,7 +118,7 @@ class _RobotsFetch:
                 row.update(status=R.RETRY, error=_CUT_ERRORS[r.truncated])
                 status, body = None, None
             if r.status in (429, 503):  # the host is deferred; its key waits as after a page's 429/503
-                self.back_off(other or h.slot, self._slow_down(h, r))
+                self.back_off(other or h.slot, self._slow_down(h, r), h)
             if 300 <= r.status < 400 and r.location:
                 target = U.resolve(r.location, url)
                 row.update(status=R.REDIRECT, redirect_location=target)

@@ -134,7 +134,7 @@ class _Scheduling:
     """The fetcher's per-key scheduling: the task clock, politeness keys, the slot heap, gaps and
     in-flight places. No sockets: the HTTP call and the outcomes live in their own modules."""
 
-    on_wait: Callable[[str, float], None] | None = None  # told each 429/503 wait set (key, Unix end; back_off)
+    on_wait: Callable[[str, float, str, int], None] | None = None  # told each 429/503 wait set (back_off)
 
     def mono(self) -> float:
         return time.monotonic() - self.t0
@@ -170,7 +170,8 @@ class _Scheduling:
         self.stats["politeness_keys"] = len(self.slots)
 
     def after_earlier_contact(self, last_contact_unix: float | None,
-                              backoff_until_unix: Mapping[str, float] | None = None) -> None:
+                              backoff_until_unix: Mapping[str, float] | None = None,
+                              backoff_counts: Mapping[str, int] | None = None) -> None:
         """Count an earlier task's last contact with these keys (Unix time: the previous round's fetch
         ended then) as every slot's last start and answer, so back-to-back rounds keep each key's gap
         too: a slot's first request waits until that time + its delay, and a Crawl-delay learnt from
@@ -178,9 +179,14 @@ class _Scheduling:
         ``backoff_until_unix`` (key -> Unix time): the waits 429/503 answers asked of the earlier round
         that had not ended with it; a key waits them out here too (one ending after this task's
         deadline defers the key's hosts when it is admitted; a key this task does not have is passed
-        on as it is, so a round without URLs of the host does not end its wait). Called once the slots
-        are built, before any is queued."""
+        on as it is, so a round without URLs of the host does not end its wait). ``backoff_counts``
+        (host -> count): a dead attempt's backoff counts of this partition's hosts, taken up so the next
+        503 without Retry-After waits the next length of the series. Called once the slots are built,
+        before any is queued."""
         now, wall = self.mono(), time.time()
+        if backoff_counts:
+            for h in self.hosts.values():
+                h.backoff_n = max(h.backoff_n, int(backoff_counts.get(h.host, 0)))
         self.backoff_elsewhere = {}
         for key, until in (backoff_until_unix or {}).items():
             s = self.slots.get(key)
@@ -199,15 +205,17 @@ class _Scheduling:
             if s.delay > 0:
                 s.next_at = max(s.next_at, ref + s.delay + _GAP_MARGIN_S)
 
-    def back_off(self, s: _Slot, wait: float) -> None:
-        """A 429/503 (its Retry-After, else the backoff): the key starts nothing for ``wait`` seconds, in
-        this task and, when the wait outlasts it, in the next round's (:meth:`backoffs_left`); ``on_wait``
-        (when set) gets the key and the Unix time the wait ends, as soon as it is set (a 429/503 is rare:
-        no work on the path of other answers)."""
+    def back_off(self, s: _Slot, wait: float, h: _Host) -> None:
+        """A 429/503 (its Retry-After, else the backoff) that host ``h`` answered: the key starts nothing
+        for ``wait`` seconds, in this task and, when the wait outlasts it, in the next round's
+        (:meth:`backoffs_left`); ``on_wait`` (when set) gets the key, the Unix time the wait ends, the
+        host and its backoff count (``backoff_n``: the 503s without Retry-After so far, which set the
+        next backoff's length), as soon as it is set (a 429/503 is rare: no work on the path of other
+        answers)."""
         s.backoff_until = max(s.backoff_until, self.mono() + wait)
         s.next_at = max(s.next_at, s.backoff_until)
         if self.on_wait is not None:  # told at once, so a rerun after a crash knows it (crawl.tasks)
-            self.on_wait(s.key, round(time.time() + s.backoff_until - self.mono(), 3))
+            self.on_wait(s.key, round(time.time() + s.backoff_until - self.mono(), 3), h.host, h.backoff_n)
 
     def backoffs_left(self) -> dict[str, float]:
         """Key -> Unix time its 429/503 wait ends, for the keys still waiting now (the next round's

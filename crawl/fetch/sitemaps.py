@@ -169,7 +169,7 @@ class _SitemapFetch:
                 self._queue_sitemaps(h, [target], after_queued=True)
         elif s in (429, 503):  # the server asks us to slow down: the whole key waits
             wait = self._slow_down(h, r)
-            self.back_off(h.slot, wait)
+            self.back_off(h.slot, wait, h)
             self.rows.append(_row(job, h.host, t, R.RETRY, error=f"http_{s}", retry_after_s=wait, **base))
         else:
             self.rows.append(_row(job, h.host, t, R.GONE if s in (404, 410) else R.HTTP_ERROR, **base))
