@@ -242,6 +242,8 @@ def _command(args: argparse.Namespace, cfg: CrawlConfig) -> int:
     elif args.cmd == "round":
         from crawl.progress import make_progress
 
+        if (unreported := rnd.unreported_round(cfg)) is not None:  # killed after its publish, before its report
+            rnd.report(cfg, unreported)
         with make_progress() as progress:
             summary = rnd.run_round(cfg, args.seeds, _now(args.now), progress=progress)
         summary["report"] = rnd.report(cfg, summary["round"])["path"]
@@ -304,8 +306,7 @@ def _report(cfg: CrawlConfig, args: argparse.Namespace) -> int:
     if current == 0:
         print(f"error: crawl {cfg.crawl_id!r} has no published round under {cfg.root}", file=sys.stderr)
         return 1
-    rel = report_path(store, current)
-    print(rnd.report(cfg, current)["path"] if not store.exists(rel) else store.location(rel))
+    print(rnd.report(cfg, current)["path"] if rnd.unreported_round(cfg) else store.location(report_path(store, current)))
     return 0
 
 
@@ -416,6 +417,8 @@ def _run_rounds(cfg: CrawlConfig, args: argparse.Namespace) -> int:
     # A live bar per step on a terminal (pages/s, ETA), plain lines otherwise (crawl.progress).
     with held(cfg, phase="run") as lease, make_progress() as progress:
         reports = _Reports(cfg, progress)  # written beside the next round (or the close), under the lease
+        if (unreported := rnd.unreported_round(cfg)) is not None:  # killed after its publish, before its report
+            reports.start(unreported)
         try:
             with dask_client(cfg, announce=progress, wait_for_embedded_workers=False) as client:
                 for i in range(args.rounds):

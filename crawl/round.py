@@ -541,6 +541,20 @@ def report(cfg: CrawlConfig, round_no: int, origin: dict[str, Any] | None = None
     return {"round": round_no, "report": rel, "path": store.location(rel)}
 
 
+def unreported_round(cfg: CrawlConfig) -> int | None:
+    """The last published round when its report file is missing, else None.
+
+    Why: ``crawl round`` and ``crawl run`` write a round's report after its publish; a process killed
+    in between left the round published without a report, and the rerun (the next round) and ``crawl
+    report`` (the last round's only) never wrote it: the dashboard's report link of that round answered
+    404 for good (bench/crash_sweep.py, kill point "report"). They write it first (:func:`report`)."""
+    from crawl.report import report_path
+
+    store = _store(cfg)
+    current = store.current_round()
+    return current if current and not store.exists(report_path(store, current)) else None
+
+
 def run_round(cfg: CrawlConfig, seeds: Sequence[str] | None = None, now: datetime | None = None,
               progress: Progress | None = None, client: Any = None, lease: Lease | None = None,
               before_update: Callable[[], None] | None = None) -> dict[str, Any]:

@@ -553,3 +553,36 @@ def test_killed_mid_fetch_resumes_from_checkpoints(make_simweb, tmp_path):
     texts = [set(query.connect(c.root, c.crawl_id).sql("SELECT url, title FROM text WHERE round = 2").fetchall())
              for c in (cfg, ref)]
     assert len(texts[1]) > 20 and texts[0] == texts[1], (len(texts[0]), len(texts[1]))
+
+
+def _cli_killed_before(cfg, args: list[str], pattern: str, workdir: Path, nth: int = 1) -> None:
+    """``crawl <args>`` run by tests/killhook.py: SIGKILLed (with its Dask workers) just before its
+    ``nth`` file placing whose "src -> dst" matches ``pattern``; fails if it ended otherwise."""
+    cmd = _cli(cfg, *args)
+    cmd[1:3] = [str(Path(__file__).with_name("killhook.py"))]
+    env = {**os.environ, "CRAWL_KILL_PATTERN": pattern, "CRAWL_KILL_NTH": str(nth)}
+    with open(workdir / "killed.stderr", "w") as err:
+        rc = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=err, start_new_session=True, env=env,
+                            timeout=300).returncode
+    assert rc == -signal.SIGKILL, f"exit {rc}, not killed: {(workdir / 'killed.stderr').read_text()[-3000:]}"
+
+
+def test_killed_between_publish_and_report_the_rerun_writes_the_report(simweb, tmp_path):
+    """``crawl round`` killed after its round's commit, before its HTML report was placed (the last thing
+    it writes): the operator's rerun (the next ``crawl round``) writes the missing report too, so the
+    dashboard's report link of the round works. Before, round 1 stayed without a report for good: the
+    rerun ran round 2 and wrote round 2's, and ``crawl report`` writes only the last round's."""
+    cfg = _cfg(tmp_path / "rep", simweb, max_pages=30, partitions=2)
+    store = Store(cfg.root, cfg.crawl_id)
+    reports = Path(cfg.root) / "reports" / f"crawl={cfg.crawl_id}"
+    _cli_killed_before(cfg, ["round", "--seeds", *simweb.seed_urls(2), "--now", T0.isoformat()],
+                       r"/reports/crawl=res/round=00001\.html$", tmp_path)
+    assert store.current_round() == 1 and not (reports / "round=00001.html").exists()
+    dead = lease.current(store)
+    while dead.live():
+        time.sleep(0.1)
+    out = subprocess.run(_cli(cfg, "round", "--now", (T0 + timedelta(hours=1)).isoformat()),
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert store.current_round() == 2
+    assert sorted(p.name for p in reports.glob("*.html")) == ["round=00001.html", "round=00002.html"]
