@@ -49,6 +49,8 @@ DEFAULT_TRACKING_PARAMS = (
 # Anchored with ^...$ so the pattern also works as a JSON-schema / pydantic ``pattern`` (searched);
 # in Python always match it whole (is_crawl_id): re's ``$`` also matches before a trailing newline.
 CRAWL_ID_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
+#: The URL schemes the engine can fetch; a crawl's ``allowed_schemes`` is a subset (ftp is opt-in).
+KNOWN_SCHEMES: tuple[str, ...] = ("http", "https", "ftp")
 
 
 def is_crawl_id(value: object) -> bool:
@@ -171,18 +173,52 @@ def setting_schema(name: str) -> dict[str, Any]:
     return prop
 
 
-def param_specs(seeds_default: list[str], crawl_id_default: str | None = None) -> dict[str, dict[str, Any]]:
+def seed_pattern(schemes: Iterable[str] = KNOWN_SCHEMES) -> str:
+    """A JSON-schema ``pattern`` that every seed :func:`crawl.round.validate_seeds` accepts matches.
+
+    It is the part of the engine's seed rule a schema can say: optional surrounding whitespace (the
+    engine strips it), a scheme among ``schemes`` in any case, ``:``, optional slashes (the engine reads
+    ``http:example.com`` and ``http:/example.com`` as ``http://example.com/``), then at least one
+    character that is not a slash, and no whitespace inside. It refuses 'example.org' (no scheme),
+    'htp://x', two URLs on one line, an empty line and 'http://'. The rest of the rule (host and port
+    parse, length, URL filters, private addresses) stays in validate_seeds, at inject.
+
+    Portable: the same syntax in Python ``re`` (jsonschema, which Airflow runs on trigger) and ECMAScript
+    (no inline flags: case is spelled ``[Hh]``); Python's ``\\s`` is exactly ``str.isspace`` (what
+    validate_seeds strips and refuses), checked in tests/test_config.py.
+    """
+    alts = "|".join("".join(f"[{c.lower()}{c.upper()}]" if c.isalpha() else re.escape(c) for c in s)
+                    for s in schemes)
+    return rf"^\s*(?:{alts}):[/\\]*[^\s/\\]\S*\s*$"
+
+
+def seed_item_description(schemes: Iterable[str] = KNOWN_SCHEMES) -> str:
+    """What the form's seed pattern means, in words (jsonschema prints it with a refused seed)."""
+    return (f"each line one URL starting with {' or '.join(f'{s}:' for s in schemes)}, "
+            "then its host; no spaces (write a space inside a URL as %20), no empty lines")
+
+
+def param_specs(seeds_default: list[str], crawl_id_default: str | None = None,
+                seed_schemes: Iterable[str] = KNOWN_SCHEMES) -> dict[str, dict[str, Any]]:
     """Keyword arguments of the DAG's ``Param`` objects (``Param(**spec)``), derived from the declaration.
 
     The engine never imports Airflow, so this returns plain dicts. Settings other than crawl id and seeds
     default to ``None`` with a nullable type: the trigger form then submits with its defaults (an empty
     optional field is not "missing"), and "not given" lets the deployment's ``CRAWL_*`` env apply.
+
+    Seeds get :func:`seed_pattern` on their items (``seed_schemes``: the deployment's ``allowed_schemes``),
+    so Airflow refuses a trigger with a seed the engine would refuse for its form (no scheme, a scheme not
+    allowed, whitespace inside, an empty line) before it creates the run: the REST trigger answers 400
+    naming the seed. Only the Params get it: the crawl API keeps the engine's own messages (SeedError).
     """
     specs: dict[str, dict[str, Any]] = {}
     for name, info in CrawlSettings.model_fields.items():
         schema = setting_schema(name)
         spec: dict[str, Any] = {"title": info.title, "description": describe(name)}
         if name == "seeds":
+            schemes = tuple(seed_schemes)
+            schema["items"] = {**schema.get("items", {}), "pattern": seed_pattern(schemes),
+                               "description": seed_item_description(schemes)}
             spec.update(default=list(seeds_default), **schema)
         elif name == "crawl_id":
             spec.update(default=crawl_id_default or setting_default(name), **schema)
@@ -510,8 +546,8 @@ def _validate(cfg: CrawlConfig) -> None:
                           f"got {cfg.schedule_policy!r}")
     if cfg.schedule_policy == "oracle" and not cfg.oracle_rates_path:
         raise ConfigError("oracle_rates_path: required when schedule_policy is oracle")
-    if not cfg.allowed_schemes or not set(cfg.allowed_schemes) <= {"http", "https", "ftp"}:
-        raise ConfigError(f"allowed_schemes: must be a non-empty list of http, https and ftp, "
+    if not cfg.allowed_schemes or not set(cfg.allowed_schemes) <= set(KNOWN_SCHEMES):
+        raise ConfigError(f"allowed_schemes: must be a non-empty list of {', '.join(KNOWN_SCHEMES)}, "
                           f"got {list(cfg.allowed_schemes)!r}")
     if cfg.politeness_key not in {"host", "domain", "ip"}:
         raise ConfigError(f"politeness_key: must be host, domain or ip, got {cfg.politeness_key!r}")

@@ -98,6 +98,17 @@ def default_seeds() -> list[str]:
     return seeds or ["https://example.com/"]
 
 
+def seed_schemes() -> tuple[str, ...]:
+    """The deployment's ``allowed_schemes`` (the form's seed pattern admits these); every scheme the
+    engine knows if the config does not load here (the run's tasks then report why)."""
+    from crawl.config import KNOWN_SCHEMES, ConfigError, load_config
+
+    try:
+        return tuple(load_config(overrides={"root": crawl_root()}).allowed_schemes)
+    except ConfigError:
+        return KNOWN_SCHEMES
+
+
 def schedule_from_env() -> str | None:
     value = os.environ.get("RECRAWL_SCHEDULE", "@hourly").strip()
     return None if value.lower() in {"", "none", "manual"} else value
@@ -226,9 +237,11 @@ def run_step_subprocess(step: str, cfg: Any, round_no: int, now: datetime, run_i
     },
     # The crawl settings are derived from their one declaration (crawl.config.CrawlSettings): same
     # titles, descriptions, bounds; optional ones nullable, so the form submits with only the seeds.
+    # Seeds carry the engine's seed pattern: Airflow refuses a bad one on trigger, before a run exists.
     params={
         **{name: Param(**spec) for name, spec in param_specs(
-            seeds_default=default_seeds(), crawl_id_default=os.environ.get("RECRAWL_CRAWL_ID")).items()},
+            seeds_default=default_seeds(), crawl_id_default=os.environ.get("RECRAWL_CRAWL_ID"),
+            seed_schemes=seed_schemes()).items()},
         "dask_address": Param(None, type=["null", "string"], title="Dask scheduler address",
                               description="empty = CRAWL_DASK_ADDRESS or an embedded LocalCluster; otherwise one "
                                           "of the addresses the operator allows (RECRAWL_DASK_ADDRESSES)"),

@@ -41,8 +41,14 @@ def _latest_run(server: AirflowServer, token: str) -> dict[str, Any] | None:
     return runs[0] if runs else None
 
 
-def trigger_through_the_form(page: Any, server: AirflowServer, shots: Artifacts, seeds: list[str]) -> None:
-    """Dags → recrawl → Trigger: defaults enable the button; fill crawl id and seeds; submit."""
+def _run_count(server: AirflowServer, token: str) -> int:
+    status, body, _ = server.request("GET", "/api/v2/dags/recrawl/dagRuns?limit=1", token=token)
+    assert status == 200, body
+    return json.loads(body)["total_entries"]
+
+
+def open_trigger_form(page: Any, server: AirflowServer, shots: Artifacts) -> tuple[Any, Any]:
+    """Dags → recrawl → Trigger: the open dialog and its Trigger button."""
     page.get_by_role("link", name="Dags").first.click()
     page.wait_for_url(lambda url: url.rstrip("/").endswith("/dags"))
     page.get_by_role("link", name="recrawl", exact=True).first.wait_for()
@@ -57,6 +63,12 @@ def trigger_through_the_form(page: Any, server: AirflowServer, shots: Artifacts,
     dialog.get_by_text("Run Parameters").wait_for()
     submit = dialog.get_by_role("button", name="Trigger", exact=True)
     submit.wait_for()
+    return dialog, submit
+
+
+def trigger_through_the_form(page: Any, server: AirflowServer, shots: Artifacts, seeds: list[str]) -> None:
+    """Dags → recrawl → Trigger: defaults enable the button; fill crawl id and seeds; submit."""
+    dialog, submit = open_trigger_form(page, server, shots)
     # The issue's bug: empty optional string params made the form invalid and disabled this button.
     assert submit.is_enabled(), "Trigger button disabled with the form's defaults"
     shots.shot(page, "trigger-form-defaults")
@@ -81,6 +93,49 @@ def trigger_through_the_form(page: Any, server: AirflowServer, shots: Artifacts,
     shots.shot(page, "trigger-form-filled")
     submit.click()
     dialog.wait_for(state="detached")
+
+
+# What an operator types that the engine refuses (crawl.round.validate_seeds): each with the text the form's
+# error must show (the seed as Airflow's jsonschema message quotes it).
+BAD_FORM_SEEDS = [
+    ("example.org", "'example.org'"),  # no scheme, as typed in a browser's address bar
+    ("http://www.alpha.test/ http://www.beta.test/", "'http://www.alpha.test/ http://www.beta.test/'"),  # two on a line
+    ("htp://x.test/", "'htp://x.test/'"),  # a typo in the scheme
+    ("http://www.alpha.test/\n\nhttp://www.beta.test/", "''"),  # an empty line between two good seeds
+]
+
+
+def test_the_form_refuses_bad_seeds_before_a_run_exists(chromium, airflow_ui: AirflowServer,  # noqa: F811
+                                                        artifacts: Artifacts) -> None:  # noqa: F811
+    """Type each bad seed into the trigger form and press Trigger: the dialog stays open and shows
+    Airflow's refusal naming the seed and saying what a seed must be; no DAG run is created (Airflow's
+    REST API counts them). Airflow 3.3 validates the Params' JSON schema on the server when the run is
+    created (jsonschema; its form checks only that required fields are filled), so the refusal is the
+    trigger request's 400, shown in the dialog."""
+    token = airflow_ui.token()
+    before = _run_count(airflow_ui, token)
+    page = new_page(chromium, cookies=[{"name": "_token", "value": token, "url": airflow_ui.url}])
+    try:
+        page.goto(airflow_ui.url + "/")
+        dialog, submit = open_trigger_form(page, airflow_ui, artifacts)
+        dialog.locator("[name=element_crawl_id]").fill("badseeds")
+        for i, (typed, named) in enumerate(BAD_FORM_SEEDS):
+            dialog.locator("[name=element_seeds]").fill(typed)
+            submit.click()
+            refusal = dialog.get_by_text("Invalid input for param seeds").first
+            expect(refusal).to_contain_text(named, timeout=30_000)  # this seed's refusal, not the last one's
+            expect(refusal).to_contain_text("each line one URL starting with http: or https:")
+            refusal.scroll_into_view_if_needed()
+            artifacts.shot(page, f"refused-{i}", full_page=False)
+            print(f"refused {typed!r}: {refusal.inner_text()!r}")
+            assert dialog.is_visible(), typed  # still open: the operator fixes the seed and triggers again
+            # Airflow's "Failed to Trigger Dag" toast covers the Trigger button for a few seconds (the pointer
+            # resting on it keeps it): move away as a person would and let it go
+            page.mouse.move(5, 5)
+            page.locator("[data-scope=toast][data-part=root]").first.wait_for(state="detached", timeout=30_000)
+        assert _run_count(airflow_ui, token) == before, "a bad seed created a DAG run"
+    finally:
+        page.context.close()
 
 
 def test_trigger_a_crawl_from_the_ui(chromium, airflow_ui: AirflowServer, simweb,  # noqa: F811

@@ -25,6 +25,9 @@ from crawl.config import (  # noqa: E402
     CrawlSettings,
     describe,
     load_config,
+    param_specs,
+    seed_item_description,
+    seed_pattern,
     setting_default,
     setting_schema,
 )
@@ -86,6 +89,9 @@ def test_param_matches_the_declaration(params, name: str) -> None:
     assert schema["title"] == info.title
     assert params.get_param(name).description == describe(name)
     declared = setting_schema(name)
+    if name == "seeds":  # the form's seeds add the engine's seed pattern (the API keeps SeedError's messages)
+        declared["items"] = {**declared["items"], "pattern": seed_pattern(("http", "https")),
+                             "description": seed_item_description(("http", "https"))}
     for key in BOUND_KEYS:
         assert schema.get(key) == declared.get(key), (name, key)
     if name in REQUIRED_IN_REQUEST:
@@ -184,3 +190,89 @@ def test_bounds_agree(params, request_cls, no_crawl_env, tmp_path, capsys, name:
         assert code == 0, err
     else:
         assert code == 2 and (f"error: {name}:" in err or f"{flag}: invalid" in err), err
+
+
+# ---- the form's seed pattern (crawl.config.seed_pattern) against the engine's rule (validate_seeds) ----
+ACCEPTED_SEEDS = [
+    "http://a.example/", "HTTPS://A.EXAMPLE/X", "hTTpS://a.example", "http:a.example", "http:/a.example/",
+    "http:///a.example/", "http:\\\\a.example\\p", "  http://a.example/  ", "http://a.example/\r",
+    "http://a.example/\u00a0", "https://bücher.de/straße", "https://xn--bcher-kva.de/", "http://[2606:4700::1111]/",
+    "http://[2606:4700::1111]:8080/x", "http://1.1.1.1:81/", "https://user:pw@a.example:8443/p?q=1#f",
+    "http://a.example?x", "http://a.example/" + "p" * (2048 - len("http://a.example/")),
+]
+REFUSED_BY_FORM = ["example.org", "http://a.example/ http://b.example/", "htp://x", "", "   ", "http://",
+                   "http://a.example/\thttp://b.example/", "mailto:x@y.z", "//a.example/", "ftp://files.example/"]
+
+
+def _engine_accepts(seed: str, schemes: tuple[str, ...]) -> bool:
+    from crawl.errors import SeedError
+    from crawl.round import validate_seeds
+
+    try:
+        validate_seeds([seed], CrawlConfig(allowed_schemes=schemes))
+    except SeedError:
+        return False
+    return True
+
+
+def _form_accepts(seed: str, schemes: tuple[str, ...]) -> bool:
+    """What Airflow's API server does on trigger: jsonschema on the Param's schema (Python ``re``)."""
+    import jsonschema
+
+    spec = param_specs(["http://a.example/"], seed_schemes=schemes)["seeds"]
+    schema = {k: v for k, v in spec.items() if k not in ("default", "title", "description")}
+    return not list(jsonschema.Draft202012Validator(schema).iter_errors([seed]))
+
+
+def _fuzz_seeds(n: int = 4000) -> list[str]:
+    import random
+
+    rng = random.Random(18)
+    parts = ["http", "HTTP", "Https", "ftp", "htp", "", ":", "://", ":/", ":\\\\", "/", "//", "a.example", "[::1]",
+             "[2606:4700::1111]", "1.2.3.4", ":80", "@", "?q", "#f", " ", "\t", "\n", "\u3000", "ü", "%20", "x"]
+    return ["".join(rng.choice(parts) for _ in range(rng.randint(1, 7))) for _ in range(n)]
+
+
+@pytest.mark.parametrize("schemes", [("http", "https"), ("http", "https", "ftp"), ("https",)])
+def test_the_form_pattern_admits_every_seed_the_engine_accepts(schemes) -> None:
+    corpus = ACCEPTED_SEEDS + REFUSED_BY_FORM + ["ftp://files.example/a", "FTP://files.example/"] + _fuzz_seeds()
+    admitted_wrongly = []
+    for seed in corpus:
+        if _engine_accepts(seed, schemes):
+            assert _form_accepts(seed, schemes), (schemes, seed)  # never refuse what the engine takes
+        elif _form_accepts(seed, schemes):
+            admitted_wrongly.append(seed)  # fine: the engine refuses it at inject (host, port, filters)
+    for seed in ACCEPTED_SEEDS:
+        if schemes != ("https",) or seed.lower().lstrip().startswith("https"):
+            assert _engine_accepts(seed, schemes), seed  # the corpus holds what it claims
+    assert all(not _form_accepts(s, schemes) for s in REFUSED_BY_FORM if not s.lower().startswith(schemes))
+
+
+def test_the_form_refuses_the_bad_seeds_operators_type() -> None:
+    for seed in REFUSED_BY_FORM:
+        assert not _engine_accepts(seed, ("http", "https")), seed
+        assert not _form_accepts(seed, ("http", "https")), seed
+    assert _form_accepts("ftp://files.example/", ("http", "https", "ftp"))
+
+
+def test_the_seed_pattern_is_the_same_in_python_and_ecmascript() -> None:
+    """Python ``re`` (jsonschema on the API server) and ECMAScript (a browser; Node here) compile the
+    pattern and agree on every seed of the corpus; Python's ``\\s`` is exactly what ``str.isspace``
+    (the engine's strip and whitespace check) calls whitespace."""
+    import json
+    import re
+    import shutil
+    import subprocess
+    import sys
+
+    assert all(bool(re.match(r"\s", chr(i))) == chr(i).isspace() for i in range(sys.maxunicode + 1))
+    node = shutil.which("node")
+    if node is None:
+        pytest.skip("no node")
+    pattern = seed_pattern(("http", "https", "ftp"))
+    corpus = ACCEPTED_SEEDS + REFUSED_BY_FORM + _fuzz_seeds(1000)
+    script = ("const [p, seeds] = JSON.parse(require('fs').readFileSync(0, 'utf8'));"
+              "const r = new RegExp(p, 'u'); process.stdout.write(JSON.stringify(seeds.map(s => r.test(s))));")
+    out = subprocess.run([node, "-e", script], input=json.dumps([pattern, corpus]), capture_output=True,
+                         text=True, check=True, timeout=60).stdout
+    assert json.loads(out) == [re.search(pattern, s) is not None for s in corpus]
