@@ -183,9 +183,11 @@ def seed_pattern(schemes: Iterable[str] = KNOWN_SCHEMES) -> str:
     'htp://x', two URLs on one line, an empty line and 'http://'. The rest of the rule (host and port
     parse, length, URL filters, private addresses) stays in validate_seeds, at inject.
 
-    Portable: the same syntax in Python ``re`` (jsonschema, which Airflow runs on trigger) and ECMAScript
-    (no inline flags: case is spelled ``[Hh]``); Python's ``\\s`` is exactly ``str.isspace`` (what
-    validate_seeds strips and refuses), checked in tests/test_config.py.
+    Airflow 3.3 checks it on the API server only (jsonschema, Python ``re``), where ``\\s`` is exactly
+    ``str.isspace`` (what validate_seeds strips and refuses). The syntax is ECMAScript's too (no inline
+    flags: case is spelled ``[Hh]``), and a browser reads it alike except that its ``\\s`` lacks
+    U+001C-U+001F and has U+FEFF (tests/test_settings.py checks both). ``\\s`` rather than an exact
+    class keeps the pattern short: Airflow prints it in the refusal.
     """
     alts = "|".join("".join(f"[{c.lower()}{c.upper()}]" if c.isalpha() else re.escape(c) for c in s)
                     for s in schemes)

@@ -127,7 +127,7 @@ def test_the_form_refuses_bad_seeds_before_a_run_exists(chromium, airflow_ui: Ai
             expect(refusal).to_contain_text("each line one URL starting with http: or https:")
             refusal.scroll_into_view_if_needed()
             artifacts.shot(page, f"refused-{i}", full_page=False)
-            print(f"refused {typed!r}: {refusal.inner_text()!r}")
+            print(f"refused {typed!r}: {refusal.inner_text().splitlines()[0][:120]!r}")
             assert dialog.is_visible(), typed  # still open: the operator fixes the seed and triggers again
             # Airflow's "Failed to Trigger Dag" toast covers the Trigger button for a few seconds (the pointer
             # resting on it keeps it): move away as a person would and let it go

@@ -101,6 +101,11 @@ def test_params_accept_a_typical_trigger(served_params) -> None:
         ({"seeds": []}, "non-empty"),
         ({"seeds": "http://a.example/"}, "seeds"),
         ({"seeds": [""]}, "seeds"),
+        # the engine's seed shape (crawl.config.seed_pattern): refused on trigger, before a run exists
+        ({"seeds": ["http://a.example/", "example.org"]}, "'example.org' does not match"),
+        ({"seeds": ["http://a.example/ http://b.example/"]}, "does not match"),
+        ({"seeds": ["htp://a.example/"]}, "does not match"),
+        ({"seeds": ["ftp://nope.example/"]}, "does not match"),  # ftp only when the deployment allows it
         ({"coverage_share": 1.5}, "maximum of 1"),
         ({"coverage_share": -0.1}, "coverage_share"),
         ({"max_pages": 0}, "max_pages"),
@@ -252,7 +257,10 @@ def test_two_rounds_through_the_dag(run_dag, dag_env: Path, site) -> None:
 
 
 def test_bad_seeds_fail_inject_and_write_nothing(run_dag, dag_env: Path) -> None:
-    run = run_dag.test(run_conf={"crawl_id": "badseeds", "seeds": ["ftp://nope.example/", "http://fine.alpha.test/"]})
+    """A seed of the right shape that the engine still refuses (a port out of range): the form's pattern
+    lets it through, inject fails naming it and writes nothing."""
+    run = run_dag.test(run_conf={"crawl_id": "badseeds", "seeds": ["http://nope.example:99999/",
+                                                                   "http://fine.alpha.test/"]})
     assert run.state == "failed"
     states = {ti.task_id: ti.state for ti in run.get_task_instances()}
     assert states["inject"] == "failed" and states["generate"] in ("upstream_failed", None)
