@@ -32,7 +32,10 @@ Schedule. ``RECRAWL_SCHEDULE`` (cron or preset, default ``@hourly``; ``none`` = 
 A scheduled run has no conf: it runs a round of the default crawl (``RECRAWL_CRAWL_ID``, default
 ``demo``), injecting the default seeds (``RECRAWL_SEEDS_FILE``, default ``include/seeds/default.txt``)
 only if that crawl does not exist yet. A run whose conf gives ``seeds`` always injects them (the
-engine merges seeds into an existing crawl). ``max_active_runs=1``: two rounds never overlap.
+engine merges seeds into an existing crawl). ``max_active_runs=1``: two rounds never overlap. The seeds
+Param's schema (``crawl.config.seed_pattern``) applies to that file's seeds too: one of the wrong shape
+(no scheme, a space inside) stops the scheduler creating the run, and its log says "Failed creating DagRun"
+with the seed (Airflow 3.3 validates params in ``create_dagrun``).
 
 One round at a time. The engine's lease (``crawl.lease``) spans the DAG run: every step takes it
 with the run's id as its *run* (``airflow:recrawl:<run_id>``), keeps it for the next step, and the
