@@ -346,6 +346,9 @@ class CrawlConfig:
 
     # retries of transient failures (seconds until the next try; after the last try: gone)
     retry_schedule_s: tuple[float, ...] = (3600.0, 21_600.0, 86_400.0)
+    # a stored page is due again at most this long after its last fetch, however rarely it seems to change
+    # (Nutch's db.fetch.interval.max, 90 days): a page that never changed is still checked now and then
+    max_refetch_interval_s: float = 90 * 86_400.0
 
     # dedup
     bloom_fp_rate: float = 0.01
@@ -398,7 +401,7 @@ _POSITIVE = {
     "max_query_params", "max_outlinks_per_page", "bloom_expected_urls", "dask_workers",
     "max_path_segments", "max_sitemaps_per_host", "pdf_max_bytes", "pdf_max_pages", "pdf_max_seconds",
     "dask_wait_for_workers_s", "lease_expiry_s", "render_concurrency", "render_timeout_s",
-    "importance_every_rounds", "prior_every_rounds",
+    "importance_every_rounds", "prior_every_rounds", "max_refetch_interval_s",
 }
 _NON_NEGATIVE = {
     "max_crawl_delay_s", "backoff_base_s", "backoff_cap_s", "robots_ttl_s",

@@ -45,7 +45,7 @@ from crawl.store import Store
 
 DAY = 86_400.0
 MIN_INTERVAL_S = 60.0
-MAX_INTERVAL_S = 365 * DAY
+MAX_INTERVAL_S = 365 * DAY     # bisection bound of time_to_utility; a crawl's cap is cfg.max_refetch_interval_s
 DEFAULT_ROUND_S = DAY          # assumed spacing of rounds before two rounds have run
 DUE_FACTOR = 2.0               # make ~2x the refetch budget due, so host caps never starve the round
 NUTCH_INC, NUTCH_DEC, NUTCH_SYNC = 0.4, 0.2, 0.3
@@ -282,12 +282,13 @@ def reprioritise(cfg: CrawlConfig, store: Store, round_no: int, db: pa.Table,
         fresh_pool += others.fresh
     refetch_budget = cfg.max_pages - min(fresh_pool, round(cfg.coverage_share * cfg.max_pages))
     nxt_content = np.full(n, now_s)
+    cap_s = cfg.max_refetch_interval_s  # however unlikely a change, a stored copy is due again after this
     if policy == "uniform":
         value = t_next
     elif policy == "nutch":
         value = weight
         nxt_content, interval_s = _nutch(db, round_no, last, success_s, interval_s, content, refetch_budget,
-                                         spacing_s)
+                                         spacing_s, cap_s)
     else:
         value = weight * utility(rate, t_next)
         if others is None:
@@ -299,7 +300,7 @@ def reprioritise(cfg: CrawlConfig, store: Store, round_no: int, db: pa.Table,
         if np.isfinite(tau):
             t_star = time_to_utility(rate, tau / np.maximum(weight, 1e-12))
             t_min = -np.log1p(-MIN_CHANGE_PROB) / np.maximum(rate, 1e-9)
-            due_at = last + np.minimum(np.maximum(t_star, t_min) * DAY, MAX_INTERVAL_S)
+            due_at = last + np.minimum(np.maximum(t_star, t_min) * DAY, cap_s)
             # due when the row has crossed both the threshold and the MIN_CHANGE_PROB floor, never
             # before: generate takes rows with next_fetch_time <= its round's time. A row worth it at
             # the next round (expected spacing_s from now) is due now, or at the floor when that is
@@ -307,12 +308,11 @@ def reprioritise(cfg: CrawlConfig, store: Store, round_no: int, db: pa.Table,
             # day) does not take it early. Was now_s, and due_at - spacing_s for the others: a round up
             # to a spacing early re-fetched copies (never-changing ones too) below the floor.
             worth = (value >= tau) & (t_next >= t_min)
-            floor = last + np.minimum(t_min * DAY, MAX_INTERVAL_S)
+            floor = last + np.minimum(t_min * DAY, cap_s)
             nxt_content = np.where(worth, np.fmax(floor, now_s), np.maximum(due_at, now_s + 1.0))
         # the expected interval: a row due by the next round is fetched then, one spacing on
         fetch_at = np.maximum(nxt_content, now_s + spacing_s)
-        interval_s = np.where(content, np.minimum(np.nan_to_num(fetch_at - last, nan=0.0),
-                                                  MAX_INTERVAL_S), interval_s)
+        interval_s = np.where(content, np.minimum(np.nan_to_num(fetch_at - last, nan=0.0), cap_s), interval_s)
 
     nxt = np.full(n, np.nan)
     nxt[content] = nxt_content[content]
@@ -378,7 +378,8 @@ def carry_forward(cfg: CrawlConfig, store: Store, round_no: int) -> dict[str, An
 
 
 def _nutch(db: pa.Table, round_no: int, last: np.ndarray, success_s: np.ndarray, interval_s: np.ndarray,
-           content: np.ndarray, refetch_budget: int, spacing_s: float) -> tuple[np.ndarray, np.ndarray]:
+           content: np.ndarray, refetch_budget: int, spacing_s: float,
+           cap_s: float) -> tuple[np.ndarray, np.ndarray]:
     """Nutch AdaptiveFetchSchedule: (next fetch time, interval) for every row.
 
     The initial interval is the uniform cycle (known pages / refetch budget × round spacing), so
@@ -399,7 +400,7 @@ def _nutch(db: pa.Table, round_no: int, last: np.ndarray, success_s: np.ndarray,
     modified = np.where(np.isnan(modified), _secs(db.column("first_fetch_time")), modified)
     delta = np.where(checked & ~np.isnan(modified), np.maximum(last - modified, 0.0), 0.0)
     interval = np.where(delta > interval, delta, interval)
-    interval = np.clip(interval, MIN_INTERVAL_S, MAX_INTERVAL_S)
+    interval = np.clip(interval, MIN_INTERVAL_S, max(cap_s, MIN_INTERVAL_S))
     ref = last - NUTCH_SYNC * delta
     return ref + interval, interval
 
