@@ -34,8 +34,8 @@ A scheduled run has no conf: it runs a round of the default crawl (``RECRAWL_CRA
 only if that crawl does not exist yet. A run whose conf gives ``seeds`` always injects them (the
 engine merges seeds into an existing crawl). ``max_active_runs=1``: two rounds never overlap. The seeds
 Param's schema (``crawl.config.seed_pattern``) applies to that file's seeds too: one of the wrong shape
-(no scheme, a space inside) stops the scheduler creating the run, and its log says "Failed creating DagRun"
-with the seed (Airflow 3.3 validates params in ``create_dagrun``).
+(no scheme, a space inside) makes the DAG fail to load, and Airflow's "Dag Import Errors" names the file,
+the line and the seed (:func:`default_seeds`; Airflow 3.3 checks a scheduled DAG's Param defaults on load).
 
 One round at a time. The engine's lease (``crawl.lease``) spans the DAG run: every step takes it
 with the run's id as its *run* (``airflow:recrawl:<run_id>``), keeps it for the next step, and the
@@ -58,6 +58,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -90,14 +91,32 @@ def crawl_root() -> str:
     return str(Path(home) / "crawldata")
 
 
-def default_seeds() -> list[str]:
-    """Seeds for a new crawl started by the schedule: one URL a line, '#' comments."""
+def default_seeds(schemes: tuple[str, ...] | None = None) -> list[str]:
+    """Seeds for a new crawl started by the schedule: one URL a line, '#' comments.
+
+    A seed of the wrong shape for the seeds Param's pattern (``crawl.config.seed_pattern``) is a
+    :class:`ValueError` naming the file, the line and the seed: Airflow checks a scheduled DAG's Param
+    defaults when it loads the file, so the DAG shows as broken with this message instead of with
+    Airflow's generic one and the pattern."""
+    from crawl.config import seed_pattern
+
     path = Path(os.environ.get("RECRAWL_SEEDS_FILE") or REPO / "include" / "seeds" / "default.txt")
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
     except OSError:
         return ["https://example.com/"]
-    seeds = [s.strip() for s in lines if s.strip() and not s.lstrip().startswith("#")]
+    schemes = schemes or seed_schemes()
+    shape = re.compile(seed_pattern(schemes))
+    seeds = []
+    for n, line in enumerate(lines, start=1):
+        s = line.strip()
+        if not s or s.startswith("#"):
+            continue
+        if not shape.search(s):
+            raise ValueError(f"RECRAWL_SEEDS_FILE {path}, line {n}: {s[:100]!r} is not a seed: one URL a line, "
+                             f"starting with {' or '.join(f'{x}:' for x in schemes)} and then its host, no spaces "
+                             "inside ('#' starts a comment)")
+        seeds.append(s)
     return seeds or ["https://example.com/"]
 
 
@@ -110,6 +129,9 @@ def seed_schemes() -> tuple[str, ...]:
         return tuple(load_config(overrides={"root": crawl_root()}).allowed_schemes)
     except ConfigError:
         return KNOWN_SCHEMES
+
+
+SEED_SCHEMES = seed_schemes()  # read once per DAG parse: the form's pattern and the seeds file's check
 
 
 def schedule_from_env() -> str | None:
@@ -243,8 +265,8 @@ def run_step_subprocess(step: str, cfg: Any, round_no: int, now: datetime, run_i
     # Seeds carry the engine's seed pattern: Airflow refuses a bad one on trigger, before a run exists.
     params={
         **{name: Param(**spec) for name, spec in param_specs(
-            seeds_default=default_seeds(), crawl_id_default=os.environ.get("RECRAWL_CRAWL_ID"),
-            seed_schemes=seed_schemes()).items()},
+            seeds_default=default_seeds(SEED_SCHEMES), crawl_id_default=os.environ.get("RECRAWL_CRAWL_ID"),
+            seed_schemes=SEED_SCHEMES).items()},
         "dask_address": Param(None, type=["null", "string"], title="Dask scheduler address",
                               description="empty = CRAWL_DASK_ADDRESS or an embedded LocalCluster; otherwise one "
                                           "of the addresses the operator allows (RECRAWL_DASK_ADDRESSES)"),

@@ -177,6 +177,20 @@ def test_default_seeds_file(module, monkeypatch: pytest.MonkeyPatch, tmp_path: P
     assert shipped and all(s.startswith(("http://", "https://")) for s in shipped)
 
 
+def test_a_bad_default_seeds_file_breaks_the_dag_naming_the_seed(monkeypatch: pytest.MonkeyPatch,
+                                                                  tmp_path: Path) -> None:
+    """A scheduled DAG's Param defaults are checked when Airflow loads the file, so a seeds file line of the
+    wrong shape for the form's pattern makes the DAG an import error: Airflow's DagBag shows the file, the
+    line and the seed, not its generic "default values are not valid" with the pattern."""
+    seeds = tmp_path / "seeds.txt"
+    seeds.write_text("# ours\nhttp://one.example/\nexample.org\n")
+    monkeypatch.setenv("RECRAWL_SEEDS_FILE", str(seeds))
+    errors = _bag().import_errors
+    assert len(errors) == 1, errors
+    message = next(iter(errors.values())).strip().splitlines()[-1]
+    assert message.startswith(f"ValueError: RECRAWL_SEEDS_FILE {seeds}, line 3: 'example.org' is not a seed"), message
+
+
 # ---- full rounds through the DAG (dag.test: real tasks, real engine, a real site on loopback) ------
 
 @pytest.fixture(scope="module")
