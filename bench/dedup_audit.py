@@ -41,7 +41,7 @@ sys.path.insert(0, str(REPO))
 from crawl.config import load_config  # noqa: E402
 from crawl.simweb import model as M  # noqa: E402
 from crawl.simweb.launch import launch, stop  # noqa: E402
-from crawl.simweb.server import lookup_key  # noqa: E402
+from crawl.simweb.server import page_of_request  # noqa: E402
 from crawl.simweb.truth import truth_table  # noqa: E402
 
 T0 = 1_795_000_000.0
@@ -102,11 +102,10 @@ def audit(work: Path, meta: dict, hosts: int, seed: int) -> dict:
     rounds = meta["rounds"]
     for r in rows:
         r["round"] = next((x["round"] for x in rounds if x["real_start"] <= r["start"] <= x["real_end"] + 1), None)
-        h = model.host_of(r["host"])
-        path, _, q = r["path"].partition("?")
+        path = r["path"].partition("?")[0]
         r["kind"] = ("robots" if path in ("/robots.txt", "/robots-moved.txt") else "sitemap"
                      if path == "/sitemap.xml" or (path.startswith("/sitemap-") and path.endswith(".xml")) else "page")
-        r["pid"] = model.page_at(h, lookup_key(path, q)) if h is not None else None
+        r["pid"] = page_of_request(model, r["host"], r["path"])
     out: dict = {"requests": len(rows)}
     per: dict[tuple[int, int], list[dict]] = defaultdict(list)
     for r in sorted(rows, key=lambda r: r["start"]):

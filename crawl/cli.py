@@ -306,7 +306,8 @@ def _report(cfg: CrawlConfig, args: argparse.Namespace) -> int:
     if current == 0:
         print(f"error: crawl {cfg.crawl_id!r} has no published round under {cfg.root}", file=sys.stderr)
         return 1
-    print(rnd.report(cfg, current)["path"] if rnd.unreported_round(cfg) else store.location(report_path(store, current)))
+    rel = report_path(store, current)
+    print(rnd.report(cfg, current)["path"] if not store.exists(rel) else store.location(rel))
     return 0
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from crawl.simweb.origins import BACKOFF_503S
-from crawl.simweb.server import lookup_key
+from crawl.simweb.server import page_of_request
 from tests.conftest import start_simweb
 from tests.crawldb_view import fetch_rows
 from tests.simlog import OUR_UA, our_requests
@@ -153,9 +153,8 @@ def test_depth_per_host_cap_and_crawl_delay_over_rounds(web, tmp_path: Path) -> 
     pages = [r for r in log if not r["path"].startswith(("/robots.txt", "/robots-moved.txt"))]
     deep = []
     for r in pages:
-        path, _, query = r["path"].partition("?")
-        host = m.host_of(r["host"])
-        if host is None or m.page_at(host, lookup_key(path, query)) not in near:
+        pid = page_of_request(m, r["host"], r["path"])
+        if pid is None or pid not in near:
             deep.append(r["host"] + r["path"])
     assert len(pages) > 20 and not deep, deep[:5]
     most = 0

@@ -22,7 +22,7 @@ from crawl import schedule
 from crawl.cluster import dask_client
 from crawl.config import load_config
 from crawl.simweb import model as M
-from crawl.simweb.server import lookup_key
+from crawl.simweb.server import page_of_request
 from crawl.store import Store
 
 T0 = 1_795_000_000.0
@@ -53,9 +53,7 @@ def test_no_copy_is_fetched_again_before_its_floor(make_simweb, tmp_path):
     rounds_of: dict[int, set[int]] = defaultdict(set)
     for r, (a, b) in enumerate(windows, start=1):
         for rec in log[a:b]:
-            host = model.host_of(rec["host"])
-            path, _, query = rec["path"].partition("?")
-            pid = model.page_at(host, lookup_key(path, query)) if host is not None else None
+            pid = page_of_request(model, rec["host"], rec["path"])
             if (rec["user_agent"] == cfg.user_agent and pid is not None and rec["status"] in (200, 304)
                     and model.page_type[pid] not in (M.FAULT, M.TRAP)):  # a fault's 200 may be cut: a retry
                 rounds_of[pid].add(r)
@@ -112,9 +110,7 @@ def test_a_page_that_never_changes_is_due_again_after_max_refetch_interval(make_
     asked: dict[int, list[int]] = defaultdict(list)  # page -> rounds (0-based) that requested it
     for r, (a, b) in enumerate(windows):
         for rec in log[a:b]:
-            host = model.host_of(rec["host"])
-            path, _, query = rec["path"].partition("?")
-            pid = model.page_at(host, lookup_key(path, query)) if host is not None else None
+            pid = page_of_request(model, rec["host"], rec["path"])
             if rec["user_agent"] == cfg.user_agent and pid in still and rec["status"] in (200, 304):
                 asked[pid].append(r)
     first = {pid: rs for pid, rs in asked.items() if rs[0] == 0}  # fetched in round 1 (not robots-denied)

@@ -42,6 +42,17 @@ def lookup_key(path: str, query: str) -> str:
     return path
 
 
+def page_of_request(model: M.Model, host: str, raw_path: str) -> int | None:
+    """The page the server answers a request for (its Host and raw path, as the access log records
+    them) with: its own lookup, so every spelling of a page (tracking and session parameters) is one
+    page; None for an unknown host or path. The oracle tests and audits map the log with."""
+    h = model.host_of(host)
+    if h is None:
+        return None
+    path, _, query = raw_path.partition("?")
+    return model.page_at(h, lookup_key(path, query))
+
+
 def host_of_authority(authority: str) -> str:
     """The host of a ``Host`` header (lower-case): port and trailing dot dropped, an IPv6 literal
     kept whole in its brackets (``[::1]:8080`` -> ``[::1]``, not ``[``)."""
