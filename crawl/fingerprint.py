@@ -12,13 +12,21 @@ every page and a Python loop over ~5,000 shingles per page would cost more than 
 2. each word gets a 64-bit polynomial hash over its bytes (byte * P**position summed per word with
    one ``reduceat`` over the text in wrapping uint64 arithmetic, no per-word loop, then shifted to
    position 0), finalised with the SplitMix64 mixer;
-3. features are word 3-shingles, each hashed by mixing its three word hashes; every occurrence counts
-   once, so a shingle's weight is its frequency in the page;
-4. the 64 bit columns of all feature hashes are counted (``np.unpackbits`` + SWAR lane sums) and bit
+3. *short sentences are left out*: a sentence ends at ``.``, ``!`` or ``?`` followed by whitespace
+   (``str.isspace``), and at the end of the text; the words of a sentence of fewer than 3 words are
+   dropped before shingling. Why: the text a near copy gets from its site inside the article is made
+   of such sentences -- a link call-out whose anchor text parse strips ("See <a>...</a>." leaves
+   "See ."), "Share.", "Print.", "Advertisement." -- and each one inserted shifted 3 shingles, so a
+   syndicated copy with a dozen of them was 4-9 bits from its original (bench/RESULTS.md, "Near
+   copies ... (session 19, helper neardup19)"). Shingles still run across sentence ends, so a text
+   without a short sentence has the SimHash it always had (tests/test_fingerprint.py's golden values);
+4. features are word 3-shingles of the words kept, each hashed by mixing its three word hashes; every
+   occurrence counts once, so a shingle's weight is its frequency in the page;
+5. the 64 bit columns of all feature hashes are counted (``np.unpackbits`` + SWAR lane sums) and bit
    *i* of the fingerprint is set when more than half of the features have it set.
 
 Everything is fixed arithmetic on bytes (no Python ``hash()``, no per-process seed), so fingerprints
-are identical across processes, machines and runs. Texts with fewer than three words have no
+are identical across processes, machines and runs. Texts with fewer than three words kept have no
 shingle and get SimHash 0: callers must treat 0 as "no fingerprint" and leave it out of
 near-duplicate search.
 """
@@ -170,7 +178,7 @@ def _nfkc_scan(text: str) -> str:
 
 
 @functools.cache
-def _tables() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
+def _tables() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
     """The per-character tables of :mod:`crawl.fingerprint_kernel`, built on first use (~0.1 s) from
     this Python's own ``str.lower``, ``str.isspace`` and ``unicodedata``:
 
@@ -185,6 +193,7 @@ def _tables() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarra
       ``repl[repl_off[k]:repl_off[k + 1]]``;
     - ``ws`` (uint8, BMP): ``str.isspace``, what ``str.split`` splits on;
     - ``word``: the SimHash tokeniser's ASCII word bytes ``[0-9a-z_]``;
+    - ``stop``: the ASCII characters that end a sentence when whitespace follows, ``.!?``;
     - the most digest bytes one character can give, for the output buffer.
     """
     low = np.arange(_LOW_LIMIT, dtype=np.int32)
@@ -215,8 +224,10 @@ def _tables() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarra
     np.cumsum([len(r) for r in repl], out=repl_off[1:])
     word = np.zeros(0x80, np.uint8)
     word[[*range(48, 58), *range(97, 123), 95]] = 1
+    stop = np.zeros(0x80, np.uint8)
+    stop[list(b".!?")] = 1
     per_char = max(4, *map(len, repl))  # a lowercase is at most 4 bytes of UTF-8
-    return (low, dig, np.frombuffer(b"".join(repl), np.uint8), repl_off, ws, word, per_char)
+    return (low, dig, np.frombuffer(b"".join(repl), np.uint8), repl_off, ws, word, stop, per_char)
 
 
 #: characters from here up have no lowercase (``str.lower`` keeps them): the ``low`` table's size
@@ -244,14 +255,14 @@ def _run_kernel(texts: list[str], mode: int) -> tuple[np.ndarray, np.ndarray, np
     :func:`crawl.fingerprint_kernel.fingerprint_batch` (numba is imported here, on first use)."""
     from crawl.fingerprint_kernel import fingerprint_batch
 
-    low, dig, repl, repl_off, ws, word, per_char = _tables()
+    low, dig, repl, repl_off, ws, word, stop, per_char = _tables()
     n = len(texts)
     sims = np.zeros(n, np.int64)
     status = np.zeros(n, np.int8)
     out = np.empty(0 if mode == 2 else per_char * sum(map(len, texts)) + 8, np.uint8)
     out_off = np.zeros(n + 1, np.int64)
     pw = _powers(4 * max(map(len, texts)) + 1)  # a character is at most 4 bytes
-    fingerprint_batch(texts, low, dig, repl, repl_off, ws, word, mode, pw, sims, status, out, out_off)
+    fingerprint_batch(texts, low, dig, repl, repl_off, ws, word, stop, mode, pw, sims, status, out, out_off)
     return sims, status, out, out_off.tolist()
 
 
@@ -364,7 +375,8 @@ def _b32sha1(data: bytes | memoryview) -> str:
 
 
 def simhash(text: str) -> int:
-    """64-bit SimHash of ``text`` over word 3-shingles, as a signed int64 Python int (0 = none)."""
+    """64-bit SimHash of ``text`` over word 3-shingles (short sentences left out, see the module's
+    docstring), as a signed int64 Python int (0 = none)."""
     return int(_run_kernel([text.lower()], 2)[0][0]) if text else 0
 
 

@@ -29,7 +29,9 @@ The algorithm is the one :mod:`crawl.fingerprint`'s docstring defines; per chara
 - the lowered character is ``str.lower`` of the character (table ``low``; -1 marks the characters
   ``str.lower`` does not map one to one: capital sigma, whose lowercase depends on its neighbours, and
   those lowering to two characters -- the caller then lowers the text in Python);
-- its UTF-8 bytes go through the SimHash tokeniser and word hash;
+- its UTF-8 bytes go through the SimHash tokeniser and word hash; a whitespace character after a
+  ``stop`` character (``.!?``) ends a sentence, and the words of a sentence shorter than a shingle are
+  dropped (the word count goes back to where the sentence began);
 - the digest's bytes (``" ".join(NFKC(text).lower().split())``): mode 0 maps each character on its
   own (table ``dig``: 0 = its lowercase, ASCII letters and the ``_SAFE`` ones NFKC keeps; k > 0 =
   replacement k, NFKC + lower of a ``_REPLACE`` character; -1 = anything else, status 2: the caller
@@ -62,6 +64,9 @@ _LSB = np.uint64(0x0101010101010101)
 _ONE = np.uint64(1)
 _ZERO = np.uint64(0)
 _FF = np.uint64(0xFF)
+
+#: words per SimHash feature (``crawl.fingerprint.SHINGLE``): a sentence of fewer words adds none
+SHINGLE = 3
 
 #: status of a text: done / lower it in Python (mode 2 then) / digest it in Python (SimHash is done) /
 #: a lone surrogate (the text has no UTF-8)
@@ -153,14 +158,19 @@ def _space(out, o, last):  # type: ignore[no-untyped-def]
 
 
 @_jit
-def _one(s, low, dig, repl, repl_off, ws, word, mode, pw, out, o0, words, buf):  # type: ignore[no-untyped-def]
+def _one(s, low, dig, repl, repl_off, ws, word, stop, mode, pw, out, o0, words, buf):  # type: ignore[no-untyped-def]
     """(SimHash, status, end of the digest bytes in ``out``) of string ``s``; digest bytes from ``o0``.
 
     ASCII takes a branch-free path (a word edge or a space every few characters would otherwise be a
     mispredicted branch): the word hash and its in-word byte position reset to 0 under a mask, the
     hash so far is stored at every character and the word count advances where a word ended; a
     whitespace character is written as a space and kept only after a non-space (``last``: the last
-    byte kept was a space, or nothing was kept yet)."""
+    byte kept was a space, or nothing was kept yet).
+
+    Sentences (for SimHash only): a sentence ends at a ``stop`` character (``.``, ``!``, ``?``)
+    followed by whitespace, and at the end of the text; the words of a sentence of fewer than
+    ``SHINGLE`` words are taken back (``nwords`` returns to ``sent``, where the sentence began). The
+    check costs a predictable branch after a stop character only."""
     h = _ZERO
     pos = 0
     inword = np.uint64(0)
@@ -168,6 +178,8 @@ def _one(s, low, dig, repl, repl_off, ws, word, mode, pw, out, o0, words, buf): 
     o = o0
     last = np.int64(1)
     dig_ok = mode != 2
+    sent = 0  # index in ``words`` of the current sentence's first word
+    pend = False  # the last character was a stop character
     for i in range(len(s)):
         cp = np.int64(_get_code_point(s, i))
         if cp < 0x80:  # ASCII: the common case
@@ -181,6 +193,11 @@ def _one(s, low, dig, repl, repl_off, ws, word, mode, pw, out, o0, words, buf): 
             h = (h + np.uint64(lc) * pw[pos]) & mask
             pos = (pos + 1) & np.int64(mask)
             inword = iw
+            if pend and ws[lc]:  # a sentence ended at the stop character before this whitespace
+                if nwords - sent < SHINGLE:
+                    nwords = sent
+                sent = nwords
+            pend = stop[lc] != 0
             if dig_ok:
                 sp = np.int64(ws[lc])
                 out[o] = 32 if sp else lc
@@ -193,6 +210,12 @@ def _one(s, low, dig, repl, repl_off, ws, word, mode, pw, out, o0, words, buf): 
             lc = np.int64(low[cp])
             if lc < 0:
                 return np.int64(0), NEEDS_LOWER, o0
+        if pend:
+            if lc < ws.size and ws[lc]:
+                if nwords - sent < SHINGLE:
+                    nwords = sent
+                sent = nwords
+            pend = False
         if dig_ok:
             if 0xD800 <= cp < 0xE000:
                 return np.int64(0), SURROGATE, o0
@@ -238,6 +261,8 @@ def _one(s, low, dig, repl, repl_off, ws, word, mode, pw, out, o0, words, buf): 
     if inword:
         words[nwords] = h
         nwords += 1
+    if nwords - sent < SHINGLE:  # the text's last sentence
+        nwords = sent
     if dig_ok and last and o > o0:  # a trailing space
         o -= 1
     status = OK if dig_ok or mode == 2 else NEEDS_DIGEST
@@ -285,7 +310,7 @@ def _simhash_of_words(words, n):  # type: ignore[no-untyped-def]
 
 
 @_jit
-def fingerprint_batch(texts, low, dig, repl, repl_off, ws, word, mode, pw, sims, status, out, out_off):  # type: ignore[no-untyped-def]
+def fingerprint_batch(texts, low, dig, repl, repl_off, ws, word, stop, mode, pw, sims, status, out, out_off):  # type: ignore[no-untyped-def]
     """:func:`_one` of each string of ``texts``: SimHash to ``sims[t]``, status to ``status[t]``,
     digest bytes to ``out[out_off[t]:out_off[t + 1]]``. ``pw[k]`` = P**k for every in-word byte
     position (4 per character of the longest text)."""
@@ -297,7 +322,7 @@ def fingerprint_batch(texts, low, dig, repl, repl_off, ws, word, mode, pw, sims,
     o = 0
     for t in range(len(texts)):
         out_off[t] = o
-        h, st, e = _one(texts[t], low, dig, repl, repl_off, ws, word, mode, pw, out, o, words, buf)
+        h, st, e = _one(texts[t], low, dig, repl, repl_off, ws, word, stop, mode, pw, out, o, words, buf)
         sims[t] = h
         status[t] = st
         o = e

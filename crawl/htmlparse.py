@@ -402,7 +402,8 @@ def _content_text(tree: LexborHTMLParser, articles: list | None = None) -> str:
         under_a = bool(nodes) and (nodes[0].tag == "a" or _has_ancestor(nodes[0], "a"))
     if not nodes:
         return ""
-    # anchor text is navigation (boilerpipe's link density), not the article's words. The body text is
+    # anchor text is navigation (boilerpipe's link density), not the article's words (what is left of a
+    # call-out, "See <a>...</a>." -> "See .", is a sentence too short for the SimHash). The body text is
     # taken already, so every <a> of the tree goes in one C call (Lexbor's tag index), unless a content
     # node is or sits inside an <a>: then only those under each node, as the node's own query finds them
     if not under_a:

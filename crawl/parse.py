@@ -34,7 +34,9 @@ HTML policy:
 * text: visible body text without ``script/style/noscript/template``, whitespace-collapsed; title
   from ``<title>``. ``simhash`` and ``text_digest`` are computed over the *main content* only (top-level
   ``<article>`` elements, else ``<main>``/``[role=main]``, else the whole text), so boilerplate, ads and
-  per-request stamps outside it neither hide near-duplicates nor count as changes. Language: the ``<html lang>`` primary subtag (else ``Content-Language``); we ship
+  per-request stamps outside it neither hide near-duplicates nor count as changes. Inside it, the
+  SimHash leaves out sentences of fewer than 3 words (:mod:`crawl.fingerprint`): a call-out such as
+  "See <a>...</a>." (anchor text is stripped, "See ." stays), which a syndicating site adds to its copy. Language: the ``<html lang>`` primary subtag (else ``Content-Language``); we ship
   no language detector, so this is what the page declares, not CLD2's ISO-639-3 guess.
 """
 

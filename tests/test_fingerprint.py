@@ -49,17 +49,32 @@ def _ref_mix(x: int) -> int:
 
 def _ref_words(text: str) -> list[int]:
     """Word hashes: maximal runs of [0-9a-z_] and non-ASCII bytes of the lowered UTF-8, each
-    sum(byte * P**k) mod 2**64 over its bytes, SplitMix64-mixed."""
-    data = text.lower().encode("utf-8", "surrogatepass")
-    words, h, k, inword = [], 0, 0, False
-    for byte in [*data, 32]:
-        if byte in _WORD_BYTES:
-            h = (h + byte * pow(0x100000001B3, k, 1 << 64)) & _M64
-            k += 1
-            inword = True
-        elif inword:
-            words.append(_ref_mix(h))
-            h, k, inword = 0, 0, False
+    sum(byte * P**k) mod 2**64 over its bytes, SplitMix64-mixed; the words of a sentence (ended by
+    . ! or ? before whitespace, or by the end of the text) of fewer than 3 words left out."""
+    words: list[int] = []
+    sentence: list[int] = []
+    h, k, inword, stop = 0, 0, False, False
+
+    def end_sentence() -> None:
+        if len(sentence) >= 3:
+            words.extend(sentence)
+        sentence.clear()
+
+    for ch in text.lower():
+        if stop and ch.isspace():
+            end_sentence()
+        stop = ch in ".!?"
+        for byte in ch.encode("utf-8", "surrogatepass"):
+            if byte in _WORD_BYTES:
+                h = (h + byte * pow(0x100000001B3, k, 1 << 64)) & _M64
+                k += 1
+                inword = True
+            elif inword:
+                sentence.append(_ref_mix(h))
+                h, k, inword = 0, 0, False
+    if inword:
+        sentence.append(_ref_mix(h))
+    end_sentence()
     return words
 
 
@@ -142,9 +157,9 @@ def test_text_digest_ignores_case_and_whitespace_only() -> None:
 
 
 def test_words_tokenise_case_insensitively() -> None:
-    w = _ref_words("Foo, bar! FOO_baz   bar\tfoo")
+    w = _ref_words("Foo, bar; FOO_baz   bar\tfoo")
     assert len(w) == 5 and w[0] == w[4] and w[1] == w[3] and w[0] != w[1] and w[2] not in (w[0], w[1])
-    assert simhash("Foo, bar! FOO_baz   bar\tfoo") == simhash("foo bar foo_baz bar foo") == _ref_simhash("foo bar foo_baz bar foo") != 0
+    assert simhash("Foo, bar; FOO_baz   bar\tfoo") == simhash("foo bar foo_baz bar foo") == _ref_simhash("foo bar foo_baz bar foo") != 0
     # non-ASCII letters stay inside a word: two words, no shingle
     assert simhash("größe straße") == 0 and simhash("größe straße x") == _ref_simhash("größe straße x") != 0
     assert simhash("  ,.;  ") == 0
@@ -164,6 +179,31 @@ def test_short_text_has_no_fingerprint() -> None:
     assert simhash("two words") == 0
     assert simhash("!!! ... ???") == 0
     assert simhash("now three words") != 0
+
+
+def test_short_sentences_are_left_out() -> None:
+    """A sentence (ended by . ! or ? before whitespace, or by the text's end) of fewer than 3 words adds
+    no words: a link call-out whose anchor parse stripped ("See ."), "Share!", a closing "Thanks." do
+    not move the SimHash; a sentence of 3 words does, and so do the same words inside a longer one."""
+    words = _article(7, 595).split()  # a sentence every 17 words, the last one ended
+    base = " ".join(words)
+    callouts = list(words)
+    for i in range(16, len(callouts), 51):  # after every third sentence
+        callouts[i] += " See ."
+    variants = [" ".join(callouts), base + " Thanks.", "Share! " + base, base.replace(". ", ".\n\t", 3),
+                base + "\nRead more?"]
+    for v in variants:
+        assert simhash(v) == simhash(base) == _ref_simhash(v), v[:80]
+    assert simhash(base + " Three words here.") != simhash(base)
+    assert simhash(base + " Thanks") == simhash(base)  # the text's end ends its last sentence
+    # a stop character before a non-space ends no sentence: "version 3" and "5 ok" would be short ones
+    for v in (base + " version 3.5 ok", base + " at sim.test now"):
+        assert simhash(v) == _ref_simhash(v) != simhash(base)
+    assert simhash("Hi. Short. Yes!") == simhash("two words") == 0
+    from crawl.fingerprint import fingerprints_many
+
+    fps, _ = fingerprints_many(["Hi. See . " + base, base, "A. " * 50 + base])
+    assert fps.tolist() == [simhash(base)] * 3
 
 
 def test_small_edits_are_near_duplicates() -> None:
