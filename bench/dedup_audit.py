@@ -10,11 +10,13 @@ crawler's derived columns:
 2. requests of a page in later rounds by its true change rate λ, back-to-back (6 h) re-fetches, and
    re-fetches that found the true version unchanged;
 3. the WARC files read with warcio (a payload digest stored twice as a response; revisits naming a
-   stored response with their digest), the index (DuckDB) against the truth's dup_kind;
+   stored response with their digest), the index (DuckDB) against the truth's dup_kind; syndicated
+   copies against their truth cluster (:func:`near_copies`: recall and precision of near_duplicate);
 4. conditional GET: validators sent on re-fetches (the access log's inm/ims) and 200/304 against the
    truth's version change.
 
     python bench/dedup_audit.py [--hosts 80] [--rounds 4] [--seed 3] [--keep DIR]
+    python bench/dedup_audit.py --pairs   # the fingerprints of the rendered pages alone, no crawl
 """
 
 from __future__ import annotations
@@ -170,6 +172,7 @@ def audit(work: Path, meta: dict, hosts: int, seed: int) -> dict:
         f"SELECT coalesce(nullif(t.dup_kind, ''), 'unique'), p.crawl_status, count(*) FROM read_parquet('{idx}', "
         "hive_partitioning = true) p JOIN truth t USING (url) WHERE p.subset = 'warc' GROUP BY ALL ORDER BY ALL"
     ).fetchall()
+    out.update(near_copies(con, idx, model, rounds, load_config(overrides={}, use_env=False).simhash_max_distance))
     cond = Counter()
     for r in rows:
         prev = [rd for rd in fetched.get(r["pid"], []) if r["round"] and rd < r["round"]] if r["pid"] else []
@@ -184,13 +187,114 @@ def audit(work: Path, meta: dict, hosts: int, seed: int) -> dict:
     return out
 
 
+def near_copies(con: duckdb.DuckDBPyConnection, idx: str, model: M.Model, rounds: list[dict], k: int) -> dict:
+    """Syndicated copies (the truth's ``near``: cluster = the simulated web's content id, never our
+    columns) stored with a member of their cluster stored in an earlier round at the same true version
+    (the text was the same then): flagged ``near_duplicate`` of a cluster member, or stored as new, and
+    the SimHash distance (the index's) to the nearest such member; and every ``near_duplicate`` the
+    index holds, judged by the truth's clusters (precision)."""
+    caps = con.execute(f"""
+        SELECT url, round, crawl_status, duplicate_of, simhash FROM read_parquet('{idx}', hive_partitioning = true)
+        WHERE subset = 'warc' AND warc_type = 'response' AND simhash IS NOT NULL AND simhash <> 0
+    """).fetchall()
+    index = model.url_index
+    cluster = model.content
+    now = {x["round"]: x["now"] for x in rounds}
+    by_cluster: dict[int, list] = defaultdict(list)
+    for url, rd, status, dup_of, sim in caps:
+        pid = index.get(url)
+        if pid is not None:
+            v = int(model.version_at([pid], now[rd])[0])
+            by_cluster[int(cluster[pid])].append((pid, rd, status, dup_of, sim, v))
+    flagged, missed, same_round, missed_pairs = [], [], 0, []
+    for members in by_cluster.values():
+        for pid, rd, status, dup_of, sim, v in members:
+            if pid == cluster[pid] or model.render_src[pid] != pid:  # the original; mirrors (byte copies)
+                continue
+            earlier = [(s2, p2) for p2, r2, _, _, s2, v2 in members if p2 != pid and r2 < rd and v2 == v]
+            if not earlier:
+                same_round += any(p2 != pid and r2 == rd and v2 == v for p2, r2, _, _, _, v2 in members)
+                continue
+            dist, p2 = min((bin((sim ^ s2) & (2**64 - 1)).count("1"), p2) for s2, p2 in earlier)
+            ok = status == "near_duplicate" and dup_of in index and cluster[index[dup_of]] == cluster[pid]
+            # the simulated web writes other special words into a text on an ISO-8859-1 host
+            # (crawl.simweb.render.Renderer._text): such a pair differs in ~1 word in 37, not in chrome
+            latin1 = [model.hosts[int(model.page_host[q])].charset == "iso-8859-1" for q in (pid, p2)]
+            (flagged if ok else missed).append(f"{dist}{'*' if latin1[0] != latin1[1] else ''}")
+            if not ok:
+                missed_pairs.append((model.url(pid), model.url(p2), dist))
+    nd = [(cluster[index[u]] == cluster[index[d]]) if u in index and d in index else False
+          for u, _, st, d, _ in caps if st == "near_duplicate"]
+    return {
+        "3 syndicated copies with a same-version member stored in an earlier round: flagged / stored as new":
+            (len(flagged), len(missed)),
+        f"3 their SimHash distances to the nearest such member (k = {k}; * = one of the two on an ISO-8859-1 "
+        "host, whose text has other words): flagged / stored as new":
+            (sorted(flagged, key=lambda x: (int(x.rstrip("*")), x)), sorted(missed, key=lambda x: (int(x.rstrip("*")), x))),
+        "3 stored as new: (copy, nearest same-version member stored earlier, distance)": sorted(missed_pairs),
+        "3 syndicated copies whose only same-version member was stored in the same round": same_round,
+        "3 near_duplicate captures: duplicate_of in the truth's cluster / not (precision)":
+            (int(sum(nd)), int(len(nd) - sum(nd))),
+    }
+
+
+def rendered_pairs(hosts: int, seed: int, k: int, at: float = T0) -> dict:
+    """Every HTML page of the simulated web rendered at ``at`` and parsed by ``crawl.parse`` (no crawl):
+    SimHash distances of each syndicated copy to its original (truth cluster), and the pairs of pages
+    of different clusters within k, split into same host (one site template) and other hosts. The
+    static side of the audit's near-copy figures: recall and precision of the fingerprint alone."""
+    import pyarrow as pa
+
+    from crawl.parse import parse_bodies
+    from crawl.simweb.render import Renderer
+
+    model = M.build(M.SimParams(seed=seed, hosts=hosts, pages_per_host=PPH))
+    rend = Renderer(model)
+    pids = [p for p in range(model.n_pages) if model.render_src[p] == p
+            and model.page_type[p] in (M.HOME, M.ARTICLE)]  # mirrors serve another page's bytes
+    urls = [model.url(p) for p in pids]
+    bodies = []
+    for i, p in enumerate(pids):
+        r = rend.get(p, int(model.version_at([p], at)[0]), at)
+        bodies.append((i, [("Content-Type", r.content_type)], r.body(1, at)))
+    table = pa.table({"url": urls, "url_hash": pa.array(range(len(pids)), pa.uint64()),
+                      "content_type": ["text/html"] * len(pids), "status": ["fetched"] * len(pids),
+                      "redirect_location": pa.nulls(len(pids), pa.string())})
+    pages, _ = parse_bodies(table, bodies, 1000)
+    sims = pages.column("simhash").to_numpy().view(np.uint64)
+    cl = model.content[pids]
+    host = model.page_host[pids]
+    d = np.bitwise_count(sims[:, None] ^ sims[None, :])
+    upper = np.triu(np.ones_like(d, bool), 1) & (sims[:, None] != 0) & (sims[None, :] != 0)
+    same = cl[:, None] == cl[None, :]
+    near = upper & same
+    latin1 = np.array([model.hosts[h].charset == "iso-8859-1" for h in host])
+    mixed = latin1[:, None] != latin1[None, :]
+    false = upper & ~same & (d <= k)
+    return {
+        f"pairs: copy-original distances, same text (k = {k})": sorted(d[near & ~mixed].tolist()),
+        "pairs: copy-original distances, one on an ISO-8859-1 host (other words)": sorted(d[near & mixed].tolist()),
+        f"pairs: within k = {k}, same text / other words": (int((near & ~mixed & (d <= k)).sum()),
+                                                             int((near & mixed & (d <= k)).sum())),
+        f"pairs: different clusters within k = {k}: same host (template) / other hosts, of pairs":
+            (int((false & (host[:, None] == host[None, :])).sum()), int((false & (host[:, None] != host[None, :])).sum()),
+             int((upper & ~same).sum())),
+        "pairs: smallest distance between different clusters, same host": int(d[upper & ~same & (host[:, None] == host[None, :])].min()),
+    }
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--hosts", type=int, default=80)
     ap.add_argument("--seed", type=int, default=3)
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--keep", help="keep the crawl root and access log in this folder")
+    ap.add_argument("--pairs", action="store_true", help="only the rendered pages' pairs (no crawl, ~10 s)")
     a = ap.parse_args()
+    if a.pairs:
+        for k, v in rendered_pairs(a.hosts, a.seed, load_config(overrides={}, use_env=False).simhash_max_distance).items():
+            print(f"{k}: {json.dumps(v)}")
+        return 0
     work = Path(a.keep) if a.keep else Path(tempfile.mkdtemp(prefix="dedup-audit-"))
     work.mkdir(parents=True, exist_ok=True)
     try:
