@@ -601,6 +601,10 @@ def merge_shard(cfg: CrawlConfig, round_no: int, shard: int, inputs: ShardInputs
                    u.fetch_status IN ('fetched', 'not_modified') AS ok,
                    CASE WHEN u.fetch_status = 'not_modified' THEN false
                         WHEN u.fetch_status <> 'fetched' OR d.last_success_time IS NULL THEN NULL
+                        -- the same main text is no change, whatever the SimHash: equal texts have equal
+                        -- SimHashes under one definition, but a row stored before it changed (session 19:
+                        -- short sentences left out) holds the older value
+                        WHEN u.text_digest IS NOT NULL AND u.text_digest = d.text_digest THEN false
                         WHEN u.simhash IS NOT NULL AND u.simhash <> 0 AND d.simhash IS NOT NULL AND d.simhash <> 0
                           THEN bit_count(xor(u.simhash, d.simhash)) > {k}
                         ELSE u.payload_digest IS DISTINCT FROM d.payload_digest END AS changed

@@ -24,6 +24,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import duckdb
+import pyarrow as pa
 import pytest
 
 from crawl.config import load_config
@@ -93,3 +94,85 @@ def test_syndicated_copy_under_other_boilerplate_is_flagged_and_other_articles_a
     for u in NEW_OTHERS:  # a different article on a template stored in round 1: new, not a duplicate
         assert rows[u][:3] == (2, "fetched", None), (u, rows[u])
         assert rows[u][3] not in (0, None)
+
+
+# --- a page stored before the SimHash left out short sentences ---------------------------------------
+_M64 = (1 << 64) - 1
+
+
+def _mix(x: int) -> int:
+    x ^= x >> 30
+    x = (x * 0xBF58476D1CE4E5B9) & _M64
+    x ^= x >> 27
+    x = (x * 0x94D049BB133111EB) & _M64
+    return x ^ (x >> 31)
+
+
+def _previous_simhash(text: str) -> int:
+    """The SimHash as rounds before session 19 stored it (every word shingled, short sentences too): a
+    plain-Python transcription of that definition, sharing no code with crawl.fingerprint."""
+    word_bytes = frozenset(b"0123456789abcdefghijklmnopqrstuvwxyz_") | frozenset(range(128, 256))
+    words, h, k, inword = [], 0, 0, False
+    for byte in [*text.lower().encode("utf-8"), 32]:
+        if byte in word_bytes:
+            h, k, inword = (h + byte * pow(0x100000001B3, k, 1 << 64)) & _M64, k + 1, True
+        elif inword:
+            words.append(_mix(h))
+            h, k, inword = 0, 0, False
+    feats = [_mix((a * 0x9E3779B97F4A7C15 + b * 0xC2B2AE3D27D4EB4F + c) & _M64)
+             for a, b, c in zip(words, words[1:], words[2:], strict=False)]
+    fp = sum(1 << bit for bit in range(64) if 2 * sum(f >> bit & 1 for f in feats) > len(feats))
+    return fp - (1 << 64) if fp >> 63 else fp
+
+
+def test_an_unchanged_page_stored_with_the_previous_simhash_is_not_counted_as_changed(web, tmp_path):
+    """Round 1 stores a never-changing article; its CrawlDb row is given the SimHash the previous
+    definition computes for its main text (what a crawl made before this version holds); round 2, a
+    month later in crawl time with the web's clock held, fetches it again (200: the ad and the
+    "generated" line change its bytes, not its article). Its main text is the same, so it must not
+    count as a change (``changed`` in the index, ``change_count`` in CrawlDb). With the SimHash alone
+    it did: the two definitions are more than k apart on a page with "See <a>...</a>." call-outs."""
+    import pyarrow.parquet as pq
+
+    from crawl.parse import parse_html
+
+    page = STORED_OTHER
+    truth = {r["url"]: r for r in web.truth(at=T0).to_pylist()}
+    assert truth[page]["change_rate"] == 0 and not truth[page]["host_conditional"], "the web changed"
+    cfg = load_config(overrides={
+        "root": str(tmp_path), "crawl_id": "up", "resolve": [web.resolve_rule], "politeness_delay_s": 0.0,
+        "max_pages": 20, "partitions": 1, "url_shards": 1, "round_duration_s": 30.0, "max_depth": 0,
+        "sitemaps": False, "dask_workers": 1, "dask_dashboard": False,
+    }, use_env=False)
+    web.set_clock(T0, speed=0.0)
+    cfg_json = json.dumps(cfg.to_dict())
+    _round(cfg_json, [page], T0)
+
+    status, headers, body = web.request(page)
+    assert status == 200
+    text = parse_html(page, body, headers).fingerprint_text
+    store = Store(cfg.root, cfg.crawl_id)
+    path = Path(store.base) / store.crawldb_dir(1) / "shard=00.parquet"
+    db = pq.read_table(path)
+    rows = db.column("url").to_pylist()
+    sims = db.column("simhash").to_pylist()
+    i = rows.index(page)
+    previous = _previous_simhash(text)
+    assert bin((previous ^ sims[i]) & _M64).count("1") > cfg.simhash_max_distance, "proves nothing"
+    sims[i] = previous
+    pq.write_table(db.set_column(db.schema.get_field_index("simhash"), db.schema.field("simhash"),
+                                 pa.array(sims, pa.int64())), path)
+
+    since = web.flush_log()
+    _round(cfg_json, [page], T0 + 30 * 86400)
+    asked = [r["status"] for r in web.log().to_pylist()[since:]
+             if r["user_agent"] == cfg.user_agent and "http://" + r["host"] + r["path"] == page]
+    assert asked == [200], asked
+    con = duckdb.connect()
+    idx = f"{store.base}/index/crawl=up/*/*.parquet"
+    got = con.execute(f"SELECT crawl_status, changed FROM read_parquet('{idx}', hive_partitioning = true) "
+                      "WHERE url = ? AND round = 2 AND subset = 'warc'", [page]).fetchall()
+    db2 = con.execute(f"SELECT change_count, fetch_count FROM read_parquet('{store.base}/{store.crawldb_dir(2)}/*.parquet') "
+                      "WHERE url = ?", [page]).fetchall()
+    con.close()
+    assert got == [("fetched", False)] and db2 == [(0, 2)], (got, db2)
