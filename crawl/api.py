@@ -67,8 +67,9 @@ def lookup(root: str, crawl_id: str, url: str) -> dict[str, Any] | None:
     rec = dict(zip(cols, row, strict=True))
     rec["fetch_time"] = rec["fetch_time"].isoformat() if rec["fetch_time"] else None
     # The stored body: the latest 2xx response of this URL; for a revisit (identical payload stored
-    # earlier, maybe under another URL) the response record with the same digest. A 304 or an error
-    # capture has no body of its own, so the body comes from the last capture that had one.
+    # earlier, maybe under another URL, or a 304: server-not-modified) the response record with the
+    # same digest. An error capture (or a 304 kept as a diagnostic) has no body of its own, so the body
+    # comes from the last capture that had one.
     body = con.execute("""
         WITH mine AS (
             SELECT warc_type, content_digest, fetch_time FROM pages

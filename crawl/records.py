@@ -40,7 +40,7 @@ ROBOTS_CACHE_SCHEMA = pa.schema([
 
 # Fetch status values written by fetch.py (and carried into the CrawlDb by update).
 FETCHED = "fetched"              # 2xx, body stored (WARC response or revisit)
-NOT_MODIFIED = "not_modified"    # 304 on a conditional GET
+NOT_MODIFIED = "not_modified"    # 304 on a conditional GET (a server-not-modified WARC revisit)
 REDIRECT = "redirect"            # 3xx; target in redirect_location (absolute, not canonicalised)
 HTTP_ERROR = "http_error"        # 4xx/5xx other than 429/503 backoff statuses
 GONE = "gone"                    # 404/410 (permanent), or transient failures past the last retry
@@ -72,7 +72,7 @@ FETCH_SCHEMA = pa.schema([
     ("warc_filename", pa.string()),      # relative to the crawl root
     ("warc_record_offset", pa.int64()),
     ("warc_record_length", pa.int64()),
-    ("warc_type", pa.string()),          # "response" | "revisit" | null
+    ("warc_type", pa.string()),          # "response" | "revisit" | "resource" | null
     ("revisit_of_url", pa.string()),
     ("revisit_of_date", pa.string()),
     ("retry_after_s", pa.float64()),

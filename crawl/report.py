@@ -536,8 +536,10 @@ def capture_history(view: CrawlView, url: str) -> dict[str, Any]:
 def capture_body(view: CrawlView, url: str, fetch_time: str) -> tuple[dict[str, Any], bytes]:
     """(capture, payload) of the capture of ``url`` at ``fetch_time`` (ISO, as in :func:`capture_history`).
 
-    A revisit's body is the response record with the same digest; a 304's is the body of the copy it
-    confirmed (the latest earlier 2xx capture of the URL). Raises LookupError when there is none.
+    A revisit's body is the response record with the same digest: a 304 to a conditional GET is a
+    revisit too (server-not-modified profile, naming the digest of the copy it confirmed). A 304 kept
+    as a diagnostic (no validators sent or no stored copy known, and crawls written before 304s were
+    revisits) takes the body of the latest earlier capture of the URL. Raises LookupError when there is none.
     """
     from crawl.warc import read_record
 

@@ -16,6 +16,12 @@ those headers (and the original ``Content-Length``) to ``X-Crawler-<Name>`` and 
 ``Content-Length`` equal to the stored payload's length. Every other header is kept as received, in
 order. ``revisit`` records carry the response headers only (renamed the same way), no payload.
 
+Revisits (WARC 1.1 §6.7) come in the two profiles Heritrix writes: identical-payload-digest (a 200
+whose body is already stored) and server-not-modified (a 304 to a conditional GET; its block is the
+304's status line and headers). Both name the ``response`` record that holds the payload (the first
+capture of its digest) in ``WARC-Refers-To-Target-URI`` and ``WARC-Refers-To-Date`` and carry its
+``WARC-Payload-Digest``, so a replay tool (pywb) resolves either the same way.
+
 A process killed mid-write leaves a hidden ``.<name>.*.tmp`` file next to the target (local roots) or
 in the system temp dir (remote roots); it never matches ``*.warc.gz`` and can be deleted at leisure.
 """
@@ -45,6 +51,7 @@ from crawl.url import parse_url
 
 SOFTWARE = "recrawl/0.1"
 REVISIT_PROFILE = "http://netpreserve.org/warc/1.1/revisit/identical-payload-digest"
+REVISIT_NOT_MODIFIED = "http://netpreserve.org/warc/1.1/revisit/server-not-modified"  # WARC 1.1 §6.7.2
 # Per-record gzip level, of ISA-L's deflate (levels 0-3). On the simulated web's pages (~20 KB) a
 # request+response pair costs 0.06 ms at ISA-L level 1 against 0.20 ms at zlib's level 1, and comes
 # out ~1 % smaller (zlib-ng level 1: 0.09 ms, 30 % larger); on the fetch path CPU is the scarcer resource.
@@ -400,19 +407,24 @@ class WarcFile:
         reason: str,
         headers: list[tuple[str, str]],
         payload_digest: str,
-        refers_to_uri: str,
-        refers_to_date: datetime,
+        refers_to_uri: str | None,
+        refers_to_date: datetime | None,
         ip: str | None = None,
+        profile: str = REVISIT_PROFILE,
     ) -> RecordRef:
-        """``http_status`` None: the revisit of a ``resource`` capture (FTP), with no HTTP headers."""
+        """``http_status`` None: the revisit of a ``resource`` capture (FTP), with no HTTP headers.
+        ``profile``: :data:`REVISIT_PROFILE`, or :data:`REVISIT_NOT_MODIFIED` for a 304. Without
+        ``refers_to_uri`` (a 304 whose stored copy is not found) both ``WARC-Refers-To-*`` fields are left
+        out; the payload digest still names the copy."""
         fields = _warc_fields(fetch_time, ip, ())
         block = b"" if http_status is None else _http_block(
             f"HTTP/1.1 {f'{int(http_status)} {reason}'.rstrip()}",
             [(n if n.lower() not in _RENAMED_HEADERS else "X-Crawler-" + n, v) for n, v in headers])
-        fields += [("WARC-Type", "revisit"), ("WARC-Target-URI", url), ("WARC-Profile", REVISIT_PROFILE),
-                   ("WARC-Refers-To-Target-URI", refers_to_uri), ("WARC-Refers-To-Date", warc_date(refers_to_date)),
-                   ("WARC-Payload-Digest", payload_digest)]
-        fields.append(("WARC-Block-Digest", _sha1(block)))
+        fields += [("WARC-Type", "revisit"), ("WARC-Target-URI", url), ("WARC-Profile", profile)]
+        if refers_to_uri and refers_to_date is not None:
+            fields += [("WARC-Refers-To-Target-URI", refers_to_uri),
+                       ("WARC-Refers-To-Date", warc_date(refers_to_date))]
+        fields += [("WARC-Payload-Digest", payload_digest), ("WARC-Block-Digest", _sha1(block))]
         return self._write(fields, "application/http; msgtype=response", block, payload_digest)
 
     def write_conversion(self, url: str, fetch_time: datetime, payload: bytes, refers_to: str,
@@ -556,6 +568,6 @@ def iter_records(root: str, rel_path: str, start: int = 0) -> Iterator[WarcRecor
 
 
 __all__ = [
-    "REVISIT_PROFILE", "RecordRef", "WarcFile", "WarcRecordData", "iter_records", "read_record",
+    "REVISIT_NOT_MODIFIED", "REVISIT_PROFILE", "RecordRef", "WarcFile", "WarcRecordData", "iter_records", "read_record",
     "stored_response_headers", "warc_date",
 ]

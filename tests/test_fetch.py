@@ -25,10 +25,12 @@ from crawl.simweb.accesslog import politeness_report, read_log
 from crawl.warc import read_record
 
 UA_LIKE = "RecrawlBot%"
+NOT_MODIFIED_PROFILE = "http://netpreserve.org/warc/1.1/revisit/server-not-modified"  # WARC 1.1 §6.7.2
+REVISIT_FIELDS = ("WARC-Profile", "WARC-Refers-To-Target-URI", "WARC-Refers-To-Date", "WARC-Payload-Digest")
 
 
 def fetchlist(urls: list[str], etags: list[str | None] | None = None,
-              last_modified: list[str | None] | None = None) -> pa.Table:
+              last_modified: list[str | None] | None = None, prev_digest: list[str | None] | None = None) -> pa.Table:
     n = len(urls)
     return pa.table({
         "url": urls,
@@ -38,7 +40,7 @@ def fetchlist(urls: list[str], etags: list[str | None] | None = None,
         "priority": [1.0] * n,
         "etag": etags or [None] * n,
         "last_modified": last_modified or [None] * n,
-        "prev_digest": pa.array([None] * n, pa.string()),
+        "prev_digest": pa.array(prev_digest or [None] * n, pa.string()),
         "pkey": [U.politeness_key(u) for u in urls],
     }, schema=FETCHLIST_SCHEMA)
 
@@ -57,7 +59,8 @@ def cfg_for(sw, **kw) -> CrawlConfig:
 
 
 def run(cfg: CrawlConfig, urls: list[str], root: Path, prefix: str = "r1/p0", **kw) -> FetchOutput:
-    out = fetch_partition(cfg, fetchlist(urls, kw.pop("etags", None), kw.pop("last_modified", None)),
+    out = fetch_partition(cfg, fetchlist(urls, kw.pop("etags", None), kw.pop("last_modified", None),
+                                         kw.pop("prev_digest", None)),
                           root=str(root), warc_prefix=prefix, now=datetime.now(UTC), **kw)
     assert out.fetches.schema == FETCH_SCHEMA
     # never lose a URL: every input URL has at least one row
@@ -358,13 +361,35 @@ def test_conditional_get_revisit_and_rerun(simweb, tmp_path: Path) -> None:
     rows = last_rows(first)
     html = [u for u in urls if rows[u]["status"] == "fetched" and rows[u]["etag"]]
     assert html
-    # conditional GET with the validators from the last capture -> 304 not_modified
-    again = run(cfg, html, tmp_path, "r2/p0", etags=[rows[u]["etag"] for u in html],
-                last_modified=[rows[u]["last_modified"] for u in html])
-    assert all(last_rows(again)[u]["status"] == "not_modified" for u in html)
-    assert all(last_rows(again)[u]["http_status"] == 304 for u in html)
-    # the same bodies without validators but with known digests -> revisit records, not new copies
+    # conditional GET with the validators and payload digest of the last capture -> 304 not_modified,
+    # stored as a revisit (server-not-modified, WARC 1.1 §6.7.2) of that capture in the main WARC file
     known = {rows[u]["payload_digest"]: (u, rows[u]["fetch_time"].isoformat()) for u in html}
+    validators = {"etags": [rows[u]["etag"] for u in html], "last_modified": [rows[u]["last_modified"] for u in html]}
+    cond = {**validators, "prev_digest": [rows[u]["payload_digest"] for u in html], "known_digests": known}
+
+    def stored(out: FetchOutput) -> list[tuple]:
+        got = []
+        for u in html:
+            r = last_rows(out)[u]
+            rec = read_record(str(tmp_path), r["warc_filename"], r["warc_record_offset"], r["warc_record_length"])
+            got.append((r["status"], r["http_status"], r["subset"], r["warc_filename"], r["warc_type"],
+                        r["revisit_of_url"], r["revisit_of_date"], r["payload_digest"], rec.warc_type,
+                        rec.http_status, rec.payload, {k: rec.warc_headers.get(k) for k in REVISIT_FIELDS}))
+        return got
+
+    again = stored(run(cfg, html, tmp_path, "r2/p0", **cond))
+    assert again == [("not_modified", 304, "warc", "r2/p0-warc.warc.gz", "revisit", u, rows[u]["fetch_time"].isoformat(),
+                      rows[u]["payload_digest"], "revisit", 304, b"",
+                      {"WARC-Profile": NOT_MODIFIED_PROFILE, "WARC-Refers-To-Target-URI": u,
+                       "WARC-Refers-To-Date": rows[u]["fetch_time"].strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z",
+                       "WARC-Payload-Digest": rows[u]["payload_digest"]}) for u in html]
+    # rerun: the same records at the same path
+    assert stored(run(cfg, html, tmp_path, "r2/p0", **cond)) == again
+    # a 304 with no stored copy to name (no digest of the last capture) stays a diagnostic response
+    diag = last_rows(run(cfg, html, tmp_path, "r2/p1", **validators))
+    assert {(diag[u]["status"], diag[u]["http_status"], diag[u]["subset"], diag[u]["warc_type"]) for u in html} == \
+        {("not_modified", 304, "crawldiagnostics", "response")}
+    # the same bodies without validators but with known digests -> revisit records, not new copies
     rev = run(cfg, html, tmp_path, "r3/p0", known_digests=known)
     for u in html:
         r = last_rows(rev)[u]

@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 
 from crawl.fingerprint import b32_sha1, payload_digest
 from crawl.warc import (
+    REVISIT_NOT_MODIFIED,
     REVISIT_PROFILE,
     SOFTWARE,
     WarcFile,
@@ -321,6 +322,9 @@ def test_records_match_warcio_writer(tmp_path: Path) -> None:
         w.write_conversion("http://a.test/p", T0, b"<html>dom</html>", rq.record_id, "text/html")
         # a request concurrent to another record (its optional line after the address)
         w.write_request("http://a.test/r", T0, "GET", [("Host", "a.test")], ip="10.0.0.2", concurrent_to=rq.record_id)
+        # a 304's revisit (server-not-modified profile): its headers are the block
+        w.write_revisit("http://a.test/p?q=1", T0, 304, "Not Modified", [("ETag", '"v1"'), ("Content-Length", "0")],
+                        "sha1:CCCC", "http://a.test/p?q=1", T0, ip="127.0.0.1", profile=REVISIT_NOT_MODIFIED)
     ours = _members(tmp_path / "x.warc.gz")
 
     buf = io.BytesIO()
@@ -344,6 +348,12 @@ def test_records_match_warcio_writer(tmp_path: Path) -> None:
         "http-header-user-agent": "RB/1"})
     info.rec_headers.replace_header("WARC-Record-ID", _fields(ours[0])["WARC-Record-ID"])
     info.rec_headers.replace_header("WARC-Date", _fields(ours[0])["WARC-Date"])
+    not_modified = ref.create_revisit_record(
+        "http://a.test/p?q=1", "sha1:CCCC", "http://a.test/p?q=1", warc_date(T0),
+        http_headers=StatusAndHeaders("304 Not Modified", [("ETag", '"v1"'), ("X-Crawler-Content-Length", "0")],
+                                      protocol="HTTP/1.1"),
+        warc_headers_dict=base(9, "WARC-IP-Address"))
+    not_modified.rec_headers.replace_header("WARC-Profile", "http://netpreserve.org/warc/1.1/revisit/server-not-modified")
     expected = [
         put(info),
         put(ref.create_warc_record(
@@ -376,6 +386,7 @@ def test_records_match_warcio_writer(tmp_path: Path) -> None:
             "http://a.test/r", "request", payload=io.BytesIO(b""), length=0,
             warc_headers_dict=base(8, "WARC-IP-Address", "WARC-Concurrent-To"),
             http_headers=StatusAndHeaders("GET /r HTTP/1.1", [("Host", "a.test")], is_http_request=True))),
+        put(not_modified),
     ]
     assert len(ours) == len(expected)
     for got, want in zip(ours, expected, strict=True):

@@ -223,6 +223,8 @@ class _Fetcher(_Scheduling, _HttpCalls, _Outcomes, _RobotsFetch, _SitemapFetch, 
         names = ["url", "url_hash", "host", "depth", "etag", "last_modified"]
         pk = fetchlist.column("pkey").to_pylist() if "pkey" in fetchlist.column_names else None
         cols = [c.to_pylist() for c in fetchlist.select(names).columns]
+        prev = fetchlist.column("prev_digest").to_pylist() if "prev_digest" in fetchlist.column_names \
+            else [None] * fetchlist.num_rows
         cached = _fresh_robots(robots_cache, self.now0, self.cfg.robots_ttl_s)
         done: frozenset[str] = frozenset()
         mine: dict[str, tuple[int, bytes]] = {}
@@ -236,7 +238,8 @@ class _Fetcher(_Scheduling, _HttpCalls, _Outcomes, _RobotsFetch, _SitemapFetch, 
             if url in done:
                 self.stats["resumed_urls"] += 1
                 continue
-            job = _Job(url, uh, depth if depth is not None else 0, etag, lm, unit=page_unit(url))
+            job = _Job(url, uh, depth if depth is not None else 0, etag, lm, unit=page_unit(url),
+                       prev_digest=prev[i])
             where = _origin(url, host, self.schemes)
             if where is None:
                 self.rows.append(_row(job, host, self.now0, R.FILTERED, error="invalid_url",

@@ -134,6 +134,11 @@ class _Outcomes:
         if 200 <= s < 300 and cut not in _CUT_ERRORS:  # whole, or cut at our own size cap
             self._fetched(h, job, t, r, base)
             return
+        if s == 304 and job.prev_digest and headers:  # the stored copy our validators named is current
+            base.update(subset=SUBSET_WARC, content_length=len(r.body), truncated=cut,
+                        **self._store(SUBSET_WARC, job.url, t, r, not_modified_of=job.prev_digest))
+            self.rows.append(_row(job, h.host, t, R.NOT_MODIFIED, **base))
+            return
         base.update(subset=SUBSET_DIAG, content_length=len(r.body), truncated=cut,
                     **self._store(SUBSET_DIAG, job.url, t, r))
         if 200 <= s < 300:  # cut by time or the network (uncut 2xx returned above); a final 1xx falls to http_error
@@ -141,7 +146,7 @@ class _Outcomes:
             # (retried per retry_schedule_s), its capture a diagnostic with WARC-Truncated; update
             # takes no ETag/Last-Modified/digest from it (a later 304 would vouch for the cut body)
             self._host_error(h, job, t, _CUT_ERRORS[cut], base, None)
-        elif s == 304:
+        elif s == 304:  # to a request without validators, or with no stored copy known: a diagnostic
             self.rows.append(_row(job, h.host, t, R.NOT_MODIFIED, **base))
         elif 300 <= s < 400:
             self._redirect(h, job, t, r, base)
@@ -244,7 +249,7 @@ class _Outcomes:
             if h.slot.next_at < self.deadline_s and h.errors < self.cfg.max_host_errors:
                 self.rows.append(_row(job, h.host, t, R.RETRY, error=error, retry_after_s=wait, **base))
                 h.queue.appendleft(_Job(job.url, job.url_hash, job.depth, job.etag, job.last_modified,
-                                        job.hops, unit=job.unit, followup=True))
+                                        job.hops, unit=job.unit, followup=True, prev_digest=job.prev_digest))
                 self._enlive(job.unit)
                 return
             self.rows.append(_row(job, h.host, t, R.RETRY, error=error, retry_after_s=wait, **base))

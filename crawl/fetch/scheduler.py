@@ -36,6 +36,7 @@ class _Job:
     sitemap: bool = False  # a sitemap file of the host (crawler-control request, not a page)
     unit: str = ""  # the unit of work its rows belong to (crawl.checkpoint): input URL, robots, sitemaps
     followup: bool = False  # queued by another job of its unit (redirect hop, re-try, sitemap file)
+    prev_digest: str | None = None  # payload digest of the stored copy the validators vouch for (a 304's)
 
 
 @dataclass

@@ -22,13 +22,14 @@ from crawl.fetch.http import FTP_PREFIX, _Response
 from crawl.fetch.outcome import SUBSET_DIAG, SUBSET_ROBOTS, SUBSET_WARC, _header
 from crawl.fingerprint import payload_digest
 from crawl.records import ROBOTS_CACHE_SCHEMA
-from crawl.warc import RecordRef, WarcFile
+from crawl.warc import REVISIT_NOT_MODIFIED, REVISIT_PROFILE, RecordRef, WarcFile
 
 _WRITE_QUEUE_BYTES = 64 << 20  # bodies queued for the WARC writer thread before fetching waits
 
 
 def _resolve(row: dict[str, Any], refs: list[Any]) -> bool:
-    """Fill a row's digest, revisit columns and WARC offsets from its written record; True for a revisit."""
+    """Fill a row's digest, revisit columns and WARC offsets from its written record; True for a revisit
+    (of either profile: a 304's is one even when the copy it names was not found)."""
     i = row.pop("_ref", None)
     if i is None:
         return False
@@ -39,7 +40,7 @@ def _resolve(row: dict[str, Any], refs: list[Any]) -> bool:
     kind = row.pop("_wtype", "response")
     if prior is None:
         row["warc_type"] = kind
-        return False
+        return kind == "revisit"
     row.update(warc_type="revisit", revisit_of_url=prior[0], revisit_of_date=prior[1])
     return True
 
@@ -196,7 +197,8 @@ class _WarcOutput:
 
         self.writer.submit(close, 0)
 
-    def _store(self, subset: str, url: str, t: datetime, r: _Response, dedup: bool = False) -> dict[str, Any]:
+    def _store(self, subset: str, url: str, t: datetime, r: _Response, dedup: bool = False,
+               not_modified_of: str | None = None) -> dict[str, Any]:
         """Queue request + response (or revisit) records; return the row's WARC file and a handle.
 
         The records are written by one background thread, in submission order: WARC serialisation
@@ -204,6 +206,10 @@ class _WarcOutput:
         payload digest and the revisit decision (``known`` digests, also in submission order) are
         made there too, off the event loop; digests, revisit columns and byte offsets are filled
         into the rows at the end (:meth:`finish_rows`).
+
+        ``not_modified_of``: the payload digest of the stored copy a 304 vouched for. The 304 is then
+        a revisit with the server-not-modified profile naming that digest's first capture (``known``,
+        the same lookup as an identical payload's; the 304's headers are the block), never a response.
         """
         known = self.known
         if url.startswith(FTP_PREFIX):
@@ -212,20 +218,28 @@ class _WarcOutput:
         def write() -> tuple[RecordRef, str | None, tuple[str, str] | None]:
             w = self._file(subset)  # the segment's file, looked up in the writer's order
             prior = digest = None
-            if dedup:
+            profile = REVISIT_PROFILE
+            if not_modified_of is not None:
+                digest, profile = not_modified_of, REVISIT_NOT_MODIFIED
+                prior = known.get(digest)
+            elif dedup:
                 digest = payload_digest(r.body)
                 prior = known.get(digest)
                 if prior is None:
                     known[digest] = (url, t.isoformat())
             req = w.write_request(url, t, "GET", r.req_headers, ip=r.ip)
-            if prior is not None:
-                return (w.write_revisit(url, t, r.status, r.reason, r.headers, digest, prior[0],
-                                        _parse_iso(prior[1]), ip=r.ip), digest, prior)
+            if prior is not None or not_modified_of is not None:
+                to_url, to_date = (prior[0], _parse_iso(prior[1])) if prior is not None else (None, None)
+                return (w.write_revisit(url, t, r.status, r.reason, r.headers, digest, to_url, to_date,
+                                        ip=r.ip, profile=profile), digest, prior)
             ref = w.write_response(url, t, r.status, r.reason, r.headers, r.body, r.ip, r.truncated,
                                    concurrent_to=req.record_id, digest=digest)
             return ref, ref.digest, None
 
-        return {"warc_filename": self.names[subset], "_ref": self.writer.submit(write, len(r.body) + 1024)}
+        out = {"warc_filename": self.names[subset], "_ref": self.writer.submit(write, len(r.body) + 1024)}
+        if not_modified_of is not None:
+            out["_wtype"] = "revisit"
+        return out
 
     def _store_resource(self, subset: str, url: str, t: datetime, r: _Response) -> dict[str, Any]:
         """An FTP capture: one ``resource`` record (no HTTP exchange, so no request record), or a
