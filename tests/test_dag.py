@@ -222,7 +222,7 @@ def dag_env(site, tmp_path_factory):
 def _index(root: Path, crawl_id: str):
     import duckdb
 
-    # page captures of every subset but robots.txt (a 304 recrawl lands in crawldiagnostics)
+    # page captures of every subset but robots.txt and sitemaps (errors land in crawldiagnostics)
     glob = f"{root}/index/crawl={crawl_id}/*/*.parquet"
     return duckdb.sql(
         f"SELECT url, fetch_status, fetch_time, warc_filename, warc_record_offset, warc_record_length, round "

@@ -506,7 +506,8 @@ def fetch_partition(
     Sync on purpose (Dask calls it): it runs its own event loop with one HTTP client (:mod:`.h1`). The WARC
     paths depend only on ``warc_prefix``, and files are placed atomically, so a rerun overwrites the
     earlier attempt. ``known_digests`` (digest -> (url, ISO date)) turns an already stored body into a
-    revisit record; digests stored here are added for the rest of the task.
+    revisit record, and names the stored copy a 304 confirmed (the fetch list's ``prev_digest``: the 304
+    is a server-not-modified revisit of it); digests stored here are added for the rest of the task.
 
     Without ``checkpoint`` there is one WARC file per subset (``<prefix>-warc.warc.gz``,
     ``-crawldiagnostics``, ``-robotstxt``), placed at the end. With it, the output is cut into
