@@ -10,8 +10,9 @@ crawler's derived columns:
 2. requests of a page in later rounds by its true change rate λ, back-to-back (6 h) re-fetches, and
    re-fetches that found the true version unchanged;
 3. the WARC files read with warcio (a payload digest stored twice as a response; revisits naming a
-   stored response with their digest), the index (DuckDB) against the truth's dup_kind; syndicated
-   copies against their truth cluster (:func:`near_copies`: recall and precision of near_duplicate);
+   stored response with their digest, by profile; 304s kept as crawldiagnostics responses), the index
+   (DuckDB) against the truth's dup_kind; syndicated copies against their truth cluster
+   (:func:`near_copies`: recall and precision of near_duplicate);
 4. conditional GET: validators sent on re-fetches (the access log's inm/ims) and 200/304 against the
    truth's version change.
 
@@ -149,6 +150,7 @@ def audit(work: Path, meta: dict, hosts: int, seed: int) -> dict:
     from warcio.archiveiterator import ArchiveIterator
     digests: Counter = Counter()
     resp, revisits = {}, []
+    profiles: Counter = Counter()  # revisit profile (last path segment) -> records
     for f in sorted(glob.glob(f"{meta['root']}/**/*-warc.warc.gz", recursive=True)):
         with open(f, "rb") as fh:
             for rec in ArchiveIterator(fh):
@@ -159,9 +161,16 @@ def audit(work: Path, meta: dict, hosts: int, seed: int) -> dict:
                 elif rec.rec_type == "revisit":
                     revisits.append((h.get_header("WARC-Refers-To-Target-URI"), h.get_header("WARC-Refers-To-Date"),
                                      h.get_header("WARC-Payload-Digest")))
+                    profiles[(h.get_header("WARC-Profile") or "").rsplit("/", 1)[-1]] += 1
+    diag_304 = 0  # a 304 kept as a response record (status 304, no payload) in crawldiagnostics
+    for f in sorted(glob.glob(f"{meta['root']}/**/*-crawldiagnostics.warc.gz", recursive=True)):
+        with open(f, "rb") as fh:
+            diag_304 += sum(1 for rec in ArchiveIterator(fh) if rec.rec_type == "response"
+                            and rec.http_headers is not None and rec.http_headers.get_statuscode() == "304")
     out["3 responses / digests stored twice"] = (sum(digests.values()), sum(1 for c in digests.values() if c > 1))
     out["3 revisits / not naming a stored response with their digest"] = (
         len(revisits), sum(1 for u, d, g in revisits if resp.get((u, d)) != g))
+    out["3 revisits by profile / 304s stored as a crawldiagnostics response"] = (dict(profiles), diag_304)
     truth = truth_table(model, rounds[-1]["now"]).select(["url", "dup_kind"])
     con.register("truth", truth)
     idx = f"{meta['root']}/index/crawl=dd/*/*.parquet"
