@@ -131,7 +131,8 @@ def fetch_task(cfg: CrawlConfig, round_no: int, part: int, now: datetime, token:
     Progress is checkpointed as it goes (:mod:`crawl.checkpoint`, unless both
     ``fetch_checkpoint_every`` and ``fetch_checkpoint_s`` are 0): a retry or rerun of a task that died
     keeps the rows and WARC segments of the work it finished and fetches only the rest. The 429/503
-    waits hosts asked of it are saved as they come (:class:`PendingWaits`), so the rerun keeps them too.
+    waits hosts asked of it and the hosts' backoff and error counts are saved as they come
+    (:class:`PendingWaits`), so the rerun keeps them too.
 
     ``token`` is the round's lease fencing token: the task stops between requests (raising
     :class:`~crawl.errors.FetchStopped`; checkpoints already written stay) once it is no longer current.
@@ -185,8 +186,9 @@ def fetch_task(cfg: CrawlConfig, round_no: int, part: int, now: datetime, token:
             on_hold=ahead.feed if ahead is not None else None,
             last_contact_unix=last_contact,
             backoff_until_unix=backoff_until,
-            on_wait=told.add,
+            on_host_state=told.add,
             backoff_counts=told.counts,
+            error_counts=told.errors,
         )
     finally:
         told.close()  # its last wait written, also when the fetch stopped or failed (a rerun reads it)
@@ -276,8 +278,9 @@ def pending_waits_path(store: Store, round_no: int, part: int) -> str:
 
 
 class PendingWaits:
-    """The 429/503 waits a fetch attempt of a partition was told, kept from when each is set until the
-    partition's done marker (whose ``host_backoff_until`` carries them on to the next round).
+    """The 429/503 waits a fetch attempt of a partition was told, and its hosts' backoff and error
+    counts, kept from when each is set until the partition's done marker (whose ``host_backoff_until``
+    carries the waits on to the next round; the counts are the round's only).
 
     Why: the fetcher keeps a wait in memory and writes it into the marker when the task ends. A task
     killed meanwhile (SIGKILL, OOM, a lost worker) took it along, and its rerun (an Airflow or Dask
@@ -296,7 +299,13 @@ class PendingWaits:
     With the waits, each answering host's backoff count (``counts``, host -> the 503s without
     Retry-After so far): a rerun that lost it began the host's exponential backoff again at
     ``backoff_base_s`` (the fetcher keeps the count for the whole task, so it is kept here until the
-    partition's marker, also after the wait it set has ended).
+    partition's marker, also after the wait it set has ended). And each origin's error count
+    (``errors``, origin -> errors counted towards ``max_host_errors``, told on every error, 429/503 or
+    not): a rerun that lost it could ask a failing host up to ``max_host_errors`` times more in the same
+    round, after every crash. Keyed by origin because the fetcher counts errors per origin
+    (``http://h`` and ``https://h`` each have their own). Told on the event loop and written by the
+    same writer thread, so a crash within the few milliseconds between an error and its write loses
+    that one error (the host's next request is a politeness delay later).
     """
 
     def __init__(self, store: Store, round_no: int, part: int, cap_s: float) -> None:
@@ -314,22 +323,28 @@ class PendingWaits:
                 self.waits[str(key)] = min(float(until), now + cap_s)
         self.counts: dict[str, int] = {str(h): n for h, n in (raw.get("backoff_n") or {}).items()
                                        if isinstance(n, int) and n > 0}
+        self.errors: dict[str, int] = {str(o): n for o, n in (raw.get("errors") or {}).items()
+                                       if isinstance(n, int) and n > 0}
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._version = 0  # waits set so far; the writer writes until it has written the latest
         self._closing = False
         self._writer: threading.Thread | None = None
 
-    def add(self, key: str, until: float, host: str | None = None, backoff_n: int = 0) -> None:
-        """A wait just set (:meth:`crawl.fetch.scheduler._Scheduling.back_off`, on the event loop), with
-        the answering host's backoff count: noted, and written by the writer thread as soon as it gets
-        to it."""
+    def add(self, key: str | None, until: float = 0.0, host: str | None = None, backoff_n: int = 0,
+            origin: str | None = None, errors: int = 0) -> None:
+        """A wait just set (``key`` None: none) and the host's counts
+        (:meth:`crawl.fetch.scheduler._Scheduling.tell_host`, on the event loop): noted, and written by
+        the writer thread as soon as it gets to it."""
         now = time.time()
         with self._lock:
-            self.waits = {k: u for k, u in self.waits.items() if u > now}
-            self.waits[key] = max(self.waits.get(key, 0.0), until)
+            if key is not None:
+                self.waits = {k: u for k, u in self.waits.items() if u > now}
+                self.waits[key] = max(self.waits.get(key, 0.0), until)
             if host is not None and backoff_n > 0:
                 self.counts[host] = max(self.counts.get(host, 0), backoff_n)
+            if origin is not None and errors > 0:
+                self.errors[origin] = max(self.errors.get(origin, 0), errors)
             self._version += 1
         if self._writer is None:
             self._writer = threading.Thread(target=self._write_latest, name="pending-waits", daemon=True)
@@ -342,10 +357,10 @@ class PendingWaits:
             self._wake.wait()
             self._wake.clear()
             with self._lock:
-                version, waits, counts = self._version, dict(self.waits), dict(self.counts)
+                version, waits, counts, errors = self._version, dict(self.waits), dict(self.counts), dict(self.errors)
             if version != written:
                 try:
-                    self.store.write_json(self.rel, {"waits": waits, "backoff_n": counts})
+                    self.store.write_json(self.rel, {"waits": waits, "backoff_n": counts, "errors": errors})
                 except Exception:  # the wait holds in this attempt all the same; only a rerun would not know it
                     log.warning("could not save the 429/503 waits to %s", self.rel, exc_info=True)
                 written = version

@@ -189,6 +189,7 @@ class _Fetcher(_Scheduling, _HttpCalls, _Outcomes, _RobotsFetch, _SitemapFetch, 
         self.last_contact_unix: float | None = None  # an earlier task's last contact (fetch_partition)
         self.backoff_until_unix: Mapping[str, float] | None = None  # its keys' 429/503 waits (fetch_partition)
         self.backoff_counts: Mapping[str, int] | None = None  # a dead attempt's hosts' backoff counts (ditto)
+        self.error_counts: Mapping[str, int] | None = None  # and its origins' error counts (ditto)
         self.backoff_elsewhere: dict[str, float] = {}  # those of keys not in this task, passed on as they are
 
     # -- may we go on? (lease fencing / scheduler connection, see crawl.tasks.may_continue) -----
@@ -315,7 +316,12 @@ class _Fetcher(_Scheduling, _HttpCalls, _Outcomes, _RobotsFetch, _SitemapFetch, 
         # (_TotalBounds: a total of 5 s or more ends at the loop clock's next whole second)
         self.bounds = _TotalBounds(cfg.total_timeout_s)
         self.build_slots(await self._politeness_keys())
-        self.after_earlier_contact(self.last_contact_unix, self.backoff_until_unix, self.backoff_counts)
+        self.after_earlier_contact(self.last_contact_unix, self.backoff_until_unix, self.backoff_counts,
+                                   self.error_counts)
+        if self.error_counts:  # origins a dead attempt had already given up on: not one request more
+            for h in self.hosts.values():
+                if h.errors >= cfg.max_host_errors:
+                    self.settle_host(h, R.DEFERRED, "host_errors")
         done = threading.Event()
         if self.should_continue is not None:
             threading.Thread(target=self._watch, args=(asyncio.get_running_loop(), done),
@@ -491,8 +497,9 @@ def fetch_partition(
     on_hold: Callable[[int, str, str | None, list[tuple[str, str]], bytes], None] | None = None,
     last_contact_unix: float | None = None,
     backoff_until_unix: Mapping[str, float] | None = None,
-    on_wait: Callable[[str, float, str, int], None] | None = None,
+    on_host_state: Callable[[str | None, float, str, int, str, int], None] | None = None,
     backoff_counts: Mapping[str, int] | None = None,
+    error_counts: Mapping[str, int] | None = None,
 ) -> FetchOutput:
     """Fetch one fetch-list partition politely; write its WARC files under ``root``; return rows.
 
@@ -536,11 +543,15 @@ def fetch_partition(
     it to wait (the previous round's ``stats["host_backoff_until"]``, which lists the keys whose wait
     outlasted that task): the key's first request waits for it, and a key whose wait ends after this
     task's deadline has its URLs deferred (``host_backoff``) without a request.
-    ``on_wait(key, until, host, backoff_n)``: called (on the event loop) each time a 429/503 sets a key's
-    wait, with the Unix time it ends and the answering host's backoff count, so the caller can keep
-    them where a rerun after a crash finds them (:func:`crawl.tasks.fetch_task`). ``backoff_counts``
-    (host -> count): what an earlier attempt of this partition had counted, so a host that goes on
-    answering 503 without Retry-After continues its exponential backoff instead of starting it again.
+    ``on_host_state(key, until, host, backoff_n, origin, errors)``: called (on the event loop) each time
+    a 429/503 sets a key's wait (with the Unix time it ends) and each time an error is counted against
+    an origin (``key`` None when it set no wait), with the host's backoff count and the origin's error
+    count, so the caller can keep them where a rerun after a crash finds them
+    (:func:`crawl.tasks.fetch_task`); never on other answers. ``backoff_counts`` (host -> count) and
+    ``error_counts`` (origin -> count): what an earlier attempt of this partition had counted, so a
+    host that goes on answering 503 without Retry-After continues its exponential backoff instead of
+    starting it again, and an origin gets at most ``cfg.max_host_errors`` failing requests in the
+    round in all (one at the limit gets none: its URLs are deferred, ``host_errors``).
     """
     f = _Fetcher(cfg, root, warc_prefix, now, known_digests,
                  cfg.round_duration_s if deadline_s is None else deadline_s,
@@ -550,8 +561,9 @@ def fetch_partition(
     f.on_hold = on_hold
     f.last_contact_unix = last_contact_unix
     f.backoff_until_unix = backoff_until_unix
-    f.on_wait = on_wait
+    f.on_host_state = on_host_state
     f.backoff_counts = backoff_counts
+    f.error_counts = error_counts
     f.load(fetchlist, robots_cache, resume)
     started = time.monotonic()
     try:

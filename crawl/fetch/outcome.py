@@ -241,7 +241,8 @@ class _Outcomes:
 
     def _host_error(self, h: _Host, job: _Job, t: datetime, error: str, base: dict[str, Any],
                     wait: float | None) -> None:
-        """Count an error against the host; on 429/503 push its next-allowed time by ``wait``."""
+        """Count an error against the host; on 429/503 push its next-allowed time by ``wait``. The
+        count is told as it changes (:meth:`back_off` with the wait, else :meth:`tell_host`)."""
         h.errors += 1
         self.stats["host_errors"] += 1
         if wait is not None:
@@ -255,6 +256,7 @@ class _Outcomes:
             self.rows.append(_row(job, h.host, t, R.RETRY, error=error, retry_after_s=wait, **base))
             self.settle_host(h, R.DEFERRED, "host_backoff", retry_after=wait)
             return
+        self.tell_host(h)  # the count outlives a crash of the task (crawl.tasks.PendingWaits)
         self.rows.append(_row(job, h.host, t, R.RETRY, error=error, **base))
         if h.errors >= self.cfg.max_host_errors:
             self.settle_host(h, R.DEFERRED, "host_errors")

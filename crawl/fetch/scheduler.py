@@ -135,7 +135,8 @@ class _Scheduling:
     """The fetcher's per-key scheduling: the task clock, politeness keys, the slot heap, gaps and
     in-flight places. No sockets: the HTTP call and the outcomes live in their own modules."""
 
-    on_wait: Callable[[str, float, str, int], None] | None = None  # told each 429/503 wait set (back_off)
+    # told each time a host's state a rerun must keep changes (a 429/503 wait, an error): tell_host
+    on_host_state: Callable[[str | None, float, str, int, str, int], None] | None = None
 
     def mono(self) -> float:
         return time.monotonic() - self.t0
@@ -172,7 +173,8 @@ class _Scheduling:
 
     def after_earlier_contact(self, last_contact_unix: float | None,
                               backoff_until_unix: Mapping[str, float] | None = None,
-                              backoff_counts: Mapping[str, int] | None = None) -> None:
+                              backoff_counts: Mapping[str, int] | None = None,
+                              error_counts: Mapping[str, int] | None = None) -> None:
         """Count an earlier task's last contact with these keys (Unix time: the previous round's fetch
         ended then) as every slot's last start and answer, so back-to-back rounds keep each key's gap
         too: a slot's first request waits until that time + its delay, and a Crawl-delay learnt from
@@ -182,12 +184,18 @@ class _Scheduling:
         deadline defers the key's hosts when it is admitted; a key this task does not have is passed
         on as it is, so a round without URLs of the host does not end its wait). ``backoff_counts``
         (host -> count): a dead attempt's backoff counts of this partition's hosts, taken up so the next
-        503 without Retry-After waits the next length of the series. Called once the slots are built,
-        before any is queued."""
+        503 without Retry-After waits the next length of the series. ``error_counts`` (origin -> count):
+        the errors a dead attempt counted against this partition's origins, so an origin gets at most
+        ``cfg.max_host_errors`` failing requests in the round however often its task is rerun (the
+        caller settles those already at the limit). Called once the slots are built, before any is
+        queued."""
         now, wall = self.mono(), time.time()
         if backoff_counts:
             for h in self.hosts.values():
                 h.backoff_n = max(h.backoff_n, int(backoff_counts.get(h.host, 0)))
+        if error_counts:
+            for h in self.hosts.values():
+                h.errors = max(h.errors, int(error_counts.get(h.origin, 0)))
         self.backoff_elsewhere = {}
         for key, until in (backoff_until_unix or {}).items():
             s = self.slots.get(key)
@@ -209,14 +217,20 @@ class _Scheduling:
     def back_off(self, s: _Slot, wait: float, h: _Host) -> None:
         """A 429/503 (its Retry-After, else the backoff) that host ``h`` answered: the key starts nothing
         for ``wait`` seconds, in this task and, when the wait outlasts it, in the next round's
-        (:meth:`backoffs_left`); ``on_wait`` (when set) gets the key, the Unix time the wait ends, the
-        host and its backoff count (``backoff_n``: the 503s without Retry-After so far, which set the
-        next backoff's length), as soon as it is set (a 429/503 is rare: no work on the path of other
-        answers)."""
+        (:meth:`backoffs_left`); the wait is told at once (:meth:`tell_host`) with the Unix time it
+        ends (a 429/503 is rare: no work on the path of other answers)."""
         s.backoff_until = max(s.backoff_until, self.mono() + wait)
         s.next_at = max(s.next_at, s.backoff_until)
-        if self.on_wait is not None:  # told at once, so a rerun after a crash knows it (crawl.tasks)
-            self.on_wait(s.key, round(time.time() + s.backoff_until - self.mono(), 3), h.host, h.backoff_n)
+        self.tell_host(h, s.key, round(time.time() + s.backoff_until - self.mono(), 3))
+
+    def tell_host(self, h: _Host, key: str | None = None, until: float = 0.0) -> None:
+        """Tell ``on_host_state`` (when set; :class:`crawl.tasks.PendingWaits` keeps it where a rerun
+        after a crash finds it) the key's wait ``until`` (Unix time; ``key`` None: no wait) and host
+        ``h``'s counts: its backoff count (``backoff_n``: the 503s without Retry-After so far, which set
+        the next backoff's length) and its error count (``errors``, towards ``cfg.max_host_errors``).
+        Called on a 429/503 and on every error counted against a host, never on other answers."""
+        if self.on_host_state is not None:
+            self.on_host_state(key, until, h.host, h.backoff_n, h.origin, h.errors)
 
     def backoffs_left(self) -> dict[str, float]:
         """Key -> Unix time its 429/503 wait ends, for the keys still waiting now (the next round's
