@@ -425,6 +425,7 @@ _RESOLVE_RE = re.compile(r"^[^=\s]+=[0-9a-fA-F:.\[\]]+:\d{1,5}$")
 OTHER_ENV: dict[str, str] = {
     "CRAWL_KILL_PATTERN": "tests/killhook.py: kill the process group before the n-th rename matching it",
     "CRAWL_KILL_NTH": "tests/killhook.py: which matching rename (default 1)",
+    "CRAWL_KILL_SIGNAL": "tests/killhook.py: the signal sent there (default SIGKILL; SIGSTOP freezes it)",
     "CRAWL_S3_ACCESS_KEY": "docker-compose.yaml: the crawler's MinIO user (.env)",
     "CRAWL_S3_SECRET_KEY": "docker-compose.yaml: the crawler's MinIO secret (.env)",
     "RECRAWL_SCHEDULE": "dags/recrawl.py: the DAG's schedule",

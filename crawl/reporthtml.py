@@ -204,13 +204,15 @@ def render_report(r: rpt.Report, links: NoLinks | None = None, generated: str | 
 def write_report(root: str, crawl_id: str, round_no: int) -> str:
     """Write ``reports/crawl=ID/round=NNNNN.html`` (as of that round) and return its path under the root.
 
-    Deterministic content apart from the "written" line; safe to run twice (atomic overwrite).
+    Deterministic content apart from the "written" line; safe to run twice (atomic overwrite). Temp
+    files of report writers that died before their rename are removed first, unless another writer
+    is writing (:meth:`crawl.store.Store.write_outside_lease`).
     """
     store = Store(root, crawl_id)
     r = rpt.build(root, crawl_id, round_no)
     rel = rpt.report_path(store, round_no)
     html = render_report(r, generated=datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"))
-    store.write_bytes(rel, html.encode("utf-8"))
+    store.write_outside_lease(rel, html.encode("utf-8"))
     return rel
 
 

@@ -36,12 +36,14 @@ crash mid-move and the roll-forward, see part of a committed one.
 
 Temp files of dead attempts (``*.tmp-<uuid>`` from :func:`atomic_write`, ``.<name>.*.tmp`` from WARC
 writers) are removed by :meth:`Store.clean_temp`, which the fetch step calls under the crawl's lease
-once a dead attempt's writers are known to have stopped.
+once a dead attempt's writers are known to have stopped; those in ``reports/``, written outside the
+lease, by the next report writer that finds no other writing (:meth:`Store.write_outside_lease`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import uuid
@@ -172,6 +174,48 @@ class Store:
 
     def write_bytes(self, rel: str, data: bytes) -> None:
         atomic_write(self.fs, self.abs(rel), data)
+
+    def write_outside_lease(self, rel: str, data: bytes) -> int:
+        """:meth:`write_bytes` for a folder written outside the crawl's lease (the HTML reports), which
+        first removes the temp files dead writers left in that folder; returns how many.
+
+        Why: a writer killed before its rename leaves ``X.tmp-<hex>`` for good, and :meth:`clean_temp`
+        (run under the lease) may not look there: the DAG's report task writes after publish released
+        the lease, so a temp file there may be a live writer's (bench/crash_sweep.py, kill point
+        "report"). How a live writer is told from a dead one: every writer holds a shared ``flock`` on
+        the folder's ``.writers.lock`` from before it creates its temp file until after it is placed,
+        and a process's locks end with it (SIGKILL included). A writer that gets the lock exclusively
+        (without waiting) knows no other writer is between those points, so every temp file in the folder
+        is a dead one's: it removes them, then writes under the shared lock like the others. No age bound,
+        no process ids (which another container, or a reused id, would make wrong). A writer that
+        finds the lock held just writes (the next one sweeps). Where ``flock`` does not work (an error
+        other than "held"), nothing is removed. Object stores write in one PUT: no temp file, no lock.
+        """
+        if self.fs.__class__.__name__ != "LocalFileSystem":
+            self.write_bytes(rel, data)
+            return 0
+        path = self.abs(rel)
+        folder = os.path.dirname(path)
+        os.makedirs(folder, exist_ok=True)
+        removed = 0
+        fd = os.open(os.path.join(folder, WRITERS_LOCK), os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                for entry in os.scandir(folder):
+                    if _is_temp(entry.name):
+                        with contextlib.suppress(FileNotFoundError):
+                            os.unlink(entry.path)
+                            removed += 1
+                fcntl.flock(fd, fcntl.LOCK_SH)  # before this writer's own temp file exists
+            except BlockingIOError:  # another writer is writing: its temp file is not ours to judge
+                fcntl.flock(fd, fcntl.LOCK_SH)
+            except OSError:  # no locks here (ENOLCK...): write, remove nothing
+                pass
+            place_local(path, data)
+        finally:
+            os.close(fd)  # the lock ends with the descriptor
+        return removed
 
     def copy(self, src: str, dst: str) -> None:
         """``dst`` as a copy of the immutable file ``src``: a hard link on local disk (no bytes moved),
@@ -331,6 +375,10 @@ class Store:
 
     def mark_done(self, round_no: int, step: str, part: int, info: dict[str, Any] | None = None) -> None:
         self.write_json(self.part_file(round_no, step, part, "done"), info or {})
+
+
+# the lock file of a folder written outside the lease (Store.write_outside_lease)
+WRITERS_LOCK = ".writers.lock"
 
 
 def _is_temp(name: str) -> bool:

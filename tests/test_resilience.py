@@ -571,13 +571,16 @@ def test_killed_between_publish_and_report_the_rerun_writes_the_report(simweb, t
     """``crawl round`` killed after its round's commit, before its HTML report was placed (the last thing
     it writes): the operator's rerun (the next ``crawl round``) writes the missing report too, so the
     dashboard's report link of the round works. Before, round 1 stayed without a report for good: the
-    rerun ran round 2 and wrote round 2's, and ``crawl report`` writes only the last round's."""
+    rerun ran round 2 and wrote round 2's, and ``crawl report`` writes only the last round's. The dead
+    writer's temp file (``round=00001.html.tmp-…``) is gone after the rerun too: the next report writer
+    removes it (before, it stayed for good: ``Store.clean_temp`` does not look under reports/)."""
     cfg = _cfg(tmp_path / "rep", simweb, max_pages=30, partitions=2)
     store = Store(cfg.root, cfg.crawl_id)
     reports = Path(cfg.root) / "reports" / f"crawl={cfg.crawl_id}"
     _cli_killed_before(cfg, ["round", "--seeds", *simweb.seed_urls(2), "--now", T0.isoformat()],
                        r"/reports/crawl=res/round=00001\.html$", tmp_path)
     assert store.current_round() == 1 and not (reports / "round=00001.html").exists()
+    assert len(list(reports.glob("round=00001.html.tmp-*"))) == 1  # the dead writer's
     dead = lease.current(store)
     while dead.live():
         time.sleep(0.1)
@@ -586,3 +589,79 @@ def test_killed_between_publish_and_report_the_rerun_writes_the_report(simweb, t
     assert out.returncode == 0, out.stderr[-2000:]
     assert store.current_round() == 2
     assert sorted(p.name for p in reports.glob("*.html")) == ["round=00001.html", "round=00002.html"]
+    assert not list(reports.glob("*.tmp*")), sorted(p.name for p in reports.iterdir())
+
+
+def test_a_report_writer_leaves_a_live_writers_temp_file_alone(simweb, tmp_path):
+    """Two writers of a round's report at once (the DAG's report task and an operator's ``crawl report``):
+    one is frozen (SIGSTOP, tests/killhook.py) just before the rename of its temp file; the other runs
+    to its end meanwhile. The frozen writer's temp file is still there (it is alive: not a dead writer's
+    leftover), and once continued (SIGCONT) it places its report and exits 0. No temp file is left and
+    the report is whole. A sweep that removed every temp file it found (or those older than a bound,
+    for a writer frozen longer) would make the live writer's rename fail."""
+    cfg = _cfg(tmp_path / "rep2", simweb, max_pages=20, partitions=1)
+    rnd.run_round(cfg, simweb.seed_urls(2), T0)
+    reports = Path(cfg.root) / "reports" / f"crawl={cfg.crawl_id}"
+    cmd = _cli(cfg, "report", "--round", "1")
+    frozen_cmd = [cmd[0], str(Path(__file__).with_name("killhook.py")), *cmd[3:]]
+    env = {**os.environ, "CRAWL_KILL_PATTERN": r"/round=00001\.html$", "CRAWL_KILL_SIGNAL": "SIGSTOP"}
+    with open(tmp_path / "frozen.stderr", "w") as err:
+        frozen = subprocess.Popen(frozen_cmd, stdout=subprocess.DEVNULL, stderr=err, start_new_session=True, env=env)
+    try:
+        _, status = os.waitpid(frozen.pid, os.WUNTRACED)  # returns once it has stopped (or ended)
+        assert os.WIFSTOPPED(status), f"not stopped: {(tmp_path / 'frozen.stderr').read_text()[-3000:]}"
+        temps = list(reports.glob("round=00001.html.tmp-*"))
+        assert len(temps) == 1
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr[-2000:]
+        assert temps[0].exists(), "the live writer's temp file was removed"
+    finally:
+        os.killpg(frozen.pid, signal.SIGCONT)
+    assert frozen.wait(60) == 0, (tmp_path / "frozen.stderr").read_text()[-3000:]
+    assert not list(reports.glob("*.tmp*"))
+    assert (reports / "round=00001.html").read_text().rstrip().endswith("</html>")
+
+
+def test_a_hosts_error_count_holds_across_a_killed_round_and_its_rerun(simweb, tmp_path):
+    """A host whose every page answers 500 (max_host_errors 3, 8 of its URLs in the round): ``crawl round``
+    is SIGKILLed (with its Dask workers) once the server has logged 2 failing requests, well inside the
+    1 s politeness delay before a 3rd; the operator runs the same command again once the lease has expired.
+    Across both attempts the server logs 3 failing requests in all (the rerun made 1, then deferred the
+    rest), and no URL is lost. Before, the count lived in the task's memory: the rerun began at 0 and asked
+    the broken host 3 times more (5 in all), and so after every crash."""
+    from simlog import our_requests
+
+    host, limit, delay = "hostile-001.sim.test", 3, 1.0
+    seeds = [f"http://{host}/fault/500?n={i}" for i in range(8)]
+    cfg = _cfg(tmp_path / "errs", simweb, partitions=1, politeness_delay_s=delay, max_host_errors=limit,
+               allowed_hosts=r"^hostile-001\.sim\.test$", sitemaps=False, fetch_checkpoint_every=1)
+    store = Store(cfg.root, cfg.crawl_id)
+    cmd = _cli(cfg, "round", "--seeds", *seeds, "--now", T0.isoformat())
+    since = time.time()
+
+    def failing() -> list[dict]:
+        return [r for r in our_requests(simweb, host, since) if r["path"] != "/robots.txt"]
+
+    def two_failed() -> bool:
+        if len(failing()) < 2:
+            return False
+        time.sleep(0.2)  # the answer reached the crawler; its next request to the host is >= 1 s away
+        return True
+
+    kill_round_when(cmd, tmp_path, two_failed, poll_s=0.05)
+    first = failing()
+    assert [r["status"] for r in first] == [500, 500], first
+    assert store.current_round() == 0
+    dead = lease.current(store)
+    while dead.live():
+        time.sleep(0.1)
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert store.current_round() == 1
+    log = failing()
+    print(f"\nfailing requests to {host}: {len(first)} before the kill, {len(log) - len(first)} in the rerun "
+          f"(max_host_errors {limit})")
+    assert len(log) > len(first), "the rerun never asked the host"  # not vacuous: it had URLs of the host left
+    assert {r["status"] for r in log} == {500}
+    assert len(log) == limit, [(r["path"], r["status"]) for r in log]
+    assert {row[0] for row in _state(cfg)} >= set(seeds)  # every URL is in the CrawlDb (deferred, not lost)
