@@ -18,6 +18,8 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from simhash_ref import M64 as _M64
+from simhash_ref import WORD_BYTES, P, mix, shingle_simhash
 
 from crawl.fingerprint import (
     fingerprints,
@@ -35,18 +37,6 @@ REPO = Path(__file__).resolve().parent.parent
 # ------------------------------------------------------- an independent reference of the SimHash
 # A plain-Python transcription of the algorithm crawl/fingerprint.py's docstring defines, sharing no
 # code with the compiled kernel: the oracle the kernel is compared with.
-_M64 = (1 << 64) - 1
-_WORD_BYTES = frozenset(b"0123456789abcdefghijklmnopqrstuvwxyz_") | frozenset(range(128, 256))
-
-
-def _ref_mix(x: int) -> int:
-    x ^= x >> 30
-    x = (x * 0xBF58476D1CE4E5B9) & _M64
-    x ^= x >> 27
-    x = (x * 0x94D049BB133111EB) & _M64
-    return x ^ (x >> 31)
-
-
 def _ref_words(text: str) -> list[int]:
     """Word hashes: maximal runs of [0-9a-z_] and non-ASCII bytes of the lowered UTF-8, each
     sum(byte * P**k) mod 2**64 over its bytes, SplitMix64-mixed; the words of a sentence (ended by
@@ -65,26 +55,21 @@ def _ref_words(text: str) -> list[int]:
             end_sentence()
         stop = ch in ".!?"
         for byte in ch.encode("utf-8", "surrogatepass"):
-            if byte in _WORD_BYTES:
-                h = (h + byte * pow(0x100000001B3, k, 1 << 64)) & _M64
+            if byte in WORD_BYTES:
+                h = (h + byte * pow(P, k, 1 << 64)) & _M64
                 k += 1
                 inword = True
             elif inword:
-                sentence.append(_ref_mix(h))
+                sentence.append(mix(h))
                 h, k, inword = 0, 0, False
     if inword:
-        sentence.append(_ref_mix(h))
+        sentence.append(mix(h))
     end_sentence()
     return words
 
 
 def _ref_simhash(text: str) -> int:
-    w = _ref_words(text)
-    feats = [_ref_mix((a * 0x9E3779B97F4A7C15 + b * 0xC2B2AE3D27D4EB4F + c) & _M64) for a, b, c in zip(w, w[1:], w[2:], strict=False)]
-    if not feats:
-        return 0
-    fp = sum(1 << bit for bit in range(64) if 2 * sum(f >> bit & 1 for f in feats) > len(feats))
-    return fp - (1 << 64) if fp >> 63 else fp
+    return shingle_simhash(_ref_words(text))
 
 
 def _ref_digest(text: str) -> str:

@@ -26,6 +26,8 @@ from pathlib import Path
 import duckdb
 import pyarrow as pa
 import pytest
+from simhash_ref import M64 as _M64
+from simhash_ref import WORD_BYTES, P, mix, shingle_simhash
 
 from crawl.config import load_config
 from crawl.store import Store
@@ -97,32 +99,17 @@ def test_syndicated_copy_under_other_boilerplate_is_flagged_and_other_articles_a
 
 
 # --- a page stored before the SimHash left out short sentences ---------------------------------------
-_M64 = (1 << 64) - 1
-
-
-def _mix(x: int) -> int:
-    x ^= x >> 30
-    x = (x * 0xBF58476D1CE4E5B9) & _M64
-    x ^= x >> 27
-    x = (x * 0x94D049BB133111EB) & _M64
-    return x ^ (x >> 31)
-
-
 def _previous_simhash(text: str) -> int:
     """The SimHash as rounds before session 19 stored it (every word shingled, short sentences too): a
     plain-Python transcription of that definition, sharing no code with crawl.fingerprint."""
-    word_bytes = frozenset(b"0123456789abcdefghijklmnopqrstuvwxyz_") | frozenset(range(128, 256))
     words, h, k, inword = [], 0, 0, False
     for byte in [*text.lower().encode("utf-8"), 32]:
-        if byte in word_bytes:
-            h, k, inword = (h + byte * pow(0x100000001B3, k, 1 << 64)) & _M64, k + 1, True
+        if byte in WORD_BYTES:
+            h, k, inword = (h + byte * pow(P, k, 1 << 64)) & _M64, k + 1, True
         elif inword:
-            words.append(_mix(h))
+            words.append(mix(h))
             h, k, inword = 0, 0, False
-    feats = [_mix((a * 0x9E3779B97F4A7C15 + b * 0xC2B2AE3D27D4EB4F + c) & _M64)
-             for a, b, c in zip(words, words[1:], words[2:], strict=False)]
-    fp = sum(1 << bit for bit in range(64) if 2 * sum(f >> bit & 1 for f in feats) > len(feats))
-    return fp - (1 << 64) if fp >> 63 else fp
+    return shingle_simhash(words)
 
 
 def test_an_unchanged_page_stored_with_the_previous_simhash_is_not_counted_as_changed(web, tmp_path):
